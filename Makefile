@@ -1,0 +1,45 @@
+# The two commands that matter: `make demo` and `make test`. Both set everything up on a fresh machine
+# (virtual environment, Python dependencies, release build of the Rust extension).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.deps-stamp
+SRC    := $(shell find crates python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null)
+
+.PHONY: demo test build test-rust test-python loom stubtest clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" \
+	    "numpy>=1.26" "mypy>=1.10" "rich>=13"
+	touch $@
+
+# Release build by default: lwmq.build_profile tells which one is installed.
+$(VENV)/.build-stamp: $(STAMP) $(SRC) Cargo.toml pyproject.toml
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	touch $@
+
+build: $(VENV)/.build-stamp
+
+demo: build
+	$(PY) -m lwmq demo
+
+test: build test-rust loom stubtest test-python
+
+test-rust:
+	cargo test -p lwmq-core --quiet
+
+# Model-checks the lock-free ring and wake-up protocol (separate target dir: --cfg loom rebuilds everything).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lwmq-core --test loom --release --quiet
+
+stubtest: build
+	$(PY) -m mypy.stubtest lwmq._core --allowlist tests/stubtest-allowlist.txt
+
+test-python: build
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) target

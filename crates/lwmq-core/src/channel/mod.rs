@@ -1,0 +1,499 @@
+//! A channel: the message-queuing layer over one link.
+//!
+//! Send side: input queues → scheduler (WRR) → encoder → transport buffers. Whoever posts a message
+//! tries to run the encoder at once (no hand-off to another thread when a buffer is free, so an idle
+//! channel ships a lone message immediately). If no buffer is free, the message stays queued and the
+//! channel's flusher thread (started on first need) waits for a buffer and ships everything queued by
+//! then, clubbed. The encoder never waits for more messages: a buffer ships when full or when the queues
+//! are drained.
+//!
+//! Receive side: received buffer → decoder → output queue → `recv`.
+
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::queue::input::{InputQueue, PostError, Producers};
+use crate::queue::scheduler::Scheduler;
+use crate::sync::Deadline;
+use crate::transport::{Link, Options, TxBuf};
+use crate::wire::{self, BufferWriter};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long the flusher waits for a buffer before re-checking whether it should stop.
+const FLUSH_SLICE: Duration = Duration::from_millis(50);
+
+#[derive(Default)]
+struct Counters {
+    messages_sent: AtomicU64,
+    bytes_sent: AtomicU64,
+    buffers_sent: AtomicU64,
+    max_clubbed: AtomicU64,
+    buffer_waits: AtomicU64,
+    messages_received: AtomicU64,
+    bytes_received: AtomicU64,
+    buffers_received: AtomicU64,
+    unsent_at_close: AtomicU64,
+    copied_out: AtomicU64,
+    /// Accepted by a queue and not yet shipped (includes the carried message).
+    queued: AtomicU64,
+}
+
+/// A snapshot of a channel's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub messages_sent: u64,
+    pub bytes_sent: u64,
+    pub buffers_sent: u64,
+    /// Most messages clubbed into one buffer.
+    pub max_clubbed: u64,
+    /// Times the encoder found no free buffer and left messages queued.
+    pub buffer_waits: u64,
+    pub messages_received: u64,
+    pub bytes_received: u64,
+    pub buffers_received: u64,
+    /// Messages waiting in input queues now.
+    pub queued: u64,
+    /// Messages still queued when the channel closed (the peer was gone or `linger` ran out).
+    pub unsent_at_close: u64,
+    /// Received buffers whose messages were copied out because the application held half the pool.
+    pub copied_out: u64,
+}
+
+struct TxState {
+    scheduler: Scheduler,
+    /// A message taken from its queue that did not fit the last buffer; it goes first into the next one.
+    carry: Option<Message>,
+    /// A buffer acquired when the queues turned out empty after all; used first next time.
+    spare: Option<TxBuf>,
+}
+
+struct RxState {
+    out: VecDeque<Message>,
+}
+
+struct Shared {
+    link: Box<dyn Link>,
+    buffer_size: usize,
+    /// The encoder lock.
+    tx: Mutex<TxState>,
+    /// Someone posted while the encoder lock was held: its holder runs the encoder again.
+    pending: AtomicBool,
+    /// The flusher's doorbell: messages are queued and no buffer was free.
+    backlog: Mutex<bool>,
+    backlog_rung: Condvar,
+    stop: AtomicBool,
+    closed: AtomicBool,
+    /// First fatal error (peer gone, protocol error); every later call reports it.
+    failure: Mutex<Option<Error>>,
+    rx: Mutex<RxState>,
+    counters: Counters,
+}
+
+pub struct Channel {
+    shared: Arc<Shared>,
+    default_queue: Arc<InputQueue>,
+    linger: Duration,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn failed(&self) -> Option<Error> {
+        self.failure.lock().unwrap().clone()
+    }
+
+    fn fail(&self, e: &Error) {
+        if matches!(e, Error::PeerGone(_) | Error::Protocol(_)) {
+            let mut failure = self.failure.lock().unwrap();
+            if failure.is_none() {
+                *failure = Some(e.clone());
+            }
+            drop(failure);
+            if matches!(e, Error::Protocol(_)) {
+                // A malformed peer: tear the channel down.
+                self.link.close();
+            }
+        }
+    }
+
+    /// Encodes and ships queued messages until the queues are drained or no buffer comes by `deadline`.
+    /// Returns whether messages are still queued.
+    fn drain(&self, tx: &mut TxState, deadline: Deadline) -> Result<bool> {
+        loop {
+            if tx.carry.is_none() && tx.scheduler.queued() == 0 {
+                return Ok(false);
+            }
+            // Take a buffer before taking messages out of their queues, so a bounded queue stays exactly
+            // as full as it looks while the transport is busy.
+            let mut buf = match tx.spare.take() {
+                Some(buf) => buf,
+                None => match self.link.acquire(deadline) {
+                    Ok(buf) => buf,
+                    Err(Error::Timeout(_)) => return Ok(true),
+                    Err(e) => return Err(e),
+                },
+            };
+            let Some(first) = tx.carry.take().or_else(|| tx.scheduler.next()) else {
+                tx.spare = Some(buf);
+                return Ok(false);
+            };
+            let mut writer = BufferWriter::new(buf.as_mut_slice());
+            let mut bytes = first.nbytes();
+            let fitted = writer.push(&first);
+            debug_assert!(fitted, "post checks that every message fits an empty buffer");
+            while let Some(next) = tx.scheduler.next() {
+                if !writer.push(&next) {
+                    tx.carry = Some(next);
+                    break;
+                }
+                bytes += next.nbytes();
+            }
+            let clubbed = writer.message_count() as u64;
+            let len = writer.finish();
+            // Counted before shipping, so stats never lag what the peer has already received.
+            let c = &self.counters;
+            c.messages_sent.fetch_add(clubbed, Relaxed);
+            c.bytes_sent.fetch_add(bytes as u64, Relaxed);
+            c.buffers_sent.fetch_add(1, Relaxed);
+            c.max_clubbed.fetch_max(clubbed, Relaxed);
+            c.queued.fetch_sub(clubbed, Relaxed);
+            if let Err(e) = self.link.ship(buf, len) {
+                c.messages_sent.fetch_sub(clubbed, Relaxed);
+                c.bytes_sent.fetch_sub(bytes as u64, Relaxed);
+                c.buffers_sent.fetch_sub(1, Relaxed);
+                return Err(e);
+            }
+        }
+    }
+
+    fn ring_flusher(&self) {
+        *self.backlog.lock().unwrap() = true;
+        self.backlog_rung.notify_one();
+    }
+
+    /// The flusher thread: ships backlogged messages as buffers come free.
+    fn flusher(self: Arc<Self>) {
+        loop {
+            {
+                let mut rung = self.backlog.lock().unwrap();
+                while !*rung && !self.stop.load(Acquire) {
+                    rung = self.backlog_rung.wait(rung).unwrap();
+                }
+                if self.stop.load(Acquire) {
+                    return;
+                }
+                *rung = false;
+            }
+            while !self.stop.load(Acquire) {
+                let mut tx = self.tx.lock().unwrap();
+                self.pending.store(false, SeqCst);
+                match self.drain(&mut tx, Some(Instant::now() + FLUSH_SLICE)) {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        self.fail(&e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Channel {
+    pub fn new(link: Box<dyn Link>, options: &Options) -> Result<Channel> {
+        options.validate()?;
+        let mut scheduler = Scheduler::new(&options.priorities);
+        let default_queue = Arc::new(InputQueue::new(Producers::Many { capacity: options.send_hwm }));
+        scheduler.add_queue(options.default_group(), default_queue.clone()).expect("default group exists");
+        let shared = Arc::new(Shared {
+            buffer_size: link.send_buffer_size(),
+            link,
+            tx: Mutex::new(TxState { scheduler, carry: None, spare: None }),
+            pending: AtomicBool::new(false),
+            backlog: Mutex::new(false),
+            backlog_rung: Condvar::new(),
+            stop: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            rx: Mutex::new(RxState { out: VecDeque::new() }),
+            counters: Counters::default(),
+        });
+        Ok(Channel { shared, default_queue, linger: options.linger, flusher: Mutex::new(None) })
+    }
+
+    /// Bytes per transport buffer on our sending side (a message must fit one).
+    pub fn buffer_size(&self) -> usize {
+        self.shared.buffer_size
+    }
+
+    pub fn max_message_size(&self) -> usize {
+        wire::max_message_len(self.shared.buffer_size)
+    }
+
+    pub fn peer(&self) -> String {
+        self.shared.link.peer()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Acquire)
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.shared.closed.load(Acquire) {
+            return Err(Error::ChannelClosed);
+        }
+        match self.shared.failed() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// A new input queue in priority group `group`.
+    pub fn queue(&self, group: &str, producers: Producers) -> Result<Arc<InputQueue>> {
+        self.usable()?;
+        let queue = Arc::new(InputQueue::new(producers));
+        let mut tx = self.shared.tx.lock().unwrap();
+        tx.scheduler.forget_detached();
+        if tx.scheduler.add_queue(group, queue.clone()).is_none() {
+            let known: Vec<&str> = tx.scheduler.group_names().collect();
+            return Err(Error::InvalidOption(format!("no priority group {group:?} (this channel has {known:?})")));
+        }
+        Ok(queue)
+    }
+
+    /// Posts to one of this channel's queues; the message is handed back on failure.
+    pub fn post(&self, queue: &InputQueue, message: Message, deadline: Deadline) -> Result<(), PostError> {
+        if let Err(error) = self.usable().and_then(|_| wire::check_postable(&message, self.shared.buffer_size)) {
+            return Err(PostError { error, message });
+        }
+        self.enqueue(queue, message, deadline)?;
+        self.pump().map_err(|error| PostError { error, message: Message::default() })
+    }
+
+    /// Posts to the default queue (bounded by `send_hwm`): waits only while that queue is full, which
+    /// happens only while the transport has no free buffer.
+    pub fn send(&self, message: Message, deadline: Deadline) -> Result<(), PostError> {
+        self.post(&self.default_queue, message, deadline)
+    }
+
+    /// Sends many messages, clubbed: all are checked first, so none is sent if one is too large.
+    /// Returns how many were queued when an error stops it (the rest are not sent).
+    pub fn send_many(&self, messages: Vec<Message>, deadline: Deadline) -> Result<(), (Error, usize)> {
+        self.usable().map_err(|e| (e, 0))?;
+        for m in &messages {
+            wire::check_postable(m, self.shared.buffer_size).map_err(|e| (e, 0))?;
+        }
+        for (n, m) in messages.into_iter().enumerate() {
+            if let Err(full) = self.enqueue(&self.default_queue, m, Some(Instant::now())) {
+                if full.error != Error::QueueFull {
+                    return Err((full.error, n));
+                }
+                self.pump().map_err(|e| (e, n))?;
+                self.enqueue(&self.default_queue, full.message, deadline).map_err(|e| (e.error, n))?;
+            }
+        }
+        self.pump().map_err(|e| (e, 0))
+    }
+
+    fn enqueue(&self, queue: &InputQueue, message: Message, deadline: Deadline) -> Result<(), PostError> {
+        // Counted before the post so a concurrent ship never subtracts it first.
+        let queued = &self.shared.counters.queued;
+        queued.fetch_add(1, Relaxed);
+        queue.post(message, deadline).inspect_err(|_| {
+            queued.fetch_sub(1, Relaxed);
+        })
+    }
+
+    /// Runs the encoder if no one else is; otherwise leaves a note for whoever is.
+    fn pump(&self) -> Result<()> {
+        let shared = &self.shared;
+        loop {
+            let mut tx = match shared.tx.try_lock() {
+                Ok(tx) => tx,
+                Err(_) => {
+                    shared.pending.store(true, SeqCst);
+                    // The holder may have let go before seeing the note: try once more.
+                    match shared.tx.try_lock() {
+                        Ok(tx) => tx,
+                        Err(_) => return Ok(()),
+                    }
+                }
+            };
+            shared.pending.store(false, SeqCst);
+            let backlogged = match shared.drain(&mut tx, Some(Instant::now())) {
+                Ok(b) => b,
+                Err(e) => {
+                    shared.fail(&e);
+                    return Err(e);
+                }
+            };
+            drop(tx);
+            if backlogged {
+                shared.counters.buffer_waits.fetch_add(1, Relaxed);
+                self.start_flusher();
+                shared.ring_flusher();
+                return Ok(());
+            }
+            if !shared.pending.load(SeqCst) {
+                return Ok(());
+            }
+        }
+    }
+
+    fn start_flusher(&self) {
+        let mut flusher = self.flusher.lock().unwrap();
+        if flusher.is_none() && !self.shared.stop.load(Acquire) {
+            let shared = self.shared.clone();
+            let handle = std::thread::Builder::new()
+                .name("lwmq-flusher".into())
+                .stack_size(256 * 1024)
+                .spawn(move || shared.flusher())
+                .expect("spawning the flusher thread");
+            *flusher = Some(handle);
+        }
+    }
+
+    /// The next message, waiting until `deadline`.
+    pub fn recv(&self, deadline: Deadline) -> Result<Message> {
+        let mut rx = self.shared.rx.lock().unwrap();
+        if let Some(m) = rx.out.pop_front() {
+            return Ok(m);
+        }
+        self.fill(&mut rx, deadline)?;
+        Ok(rx.out.pop_front().expect("a decoded buffer holds at least one message"))
+    }
+
+    /// A message if one is there now; `None` otherwise (also while another thread is receiving).
+    pub fn try_recv(&self) -> Result<Option<Message>> {
+        let Ok(mut rx) = self.shared.rx.try_lock() else { return Ok(None) };
+        if let Some(m) = rx.out.pop_front() {
+            return Ok(Some(m));
+        }
+        match self.fill(&mut rx, Some(Instant::now())) {
+            Ok(()) => Ok(rx.out.pop_front()),
+            Err(Error::Timeout(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Up to `max` messages: waits until `deadline` for the first, then takes what is there.
+    pub fn recv_many(&self, max: usize, deadline: Deadline) -> Result<Vec<Message>> {
+        let mut rx = self.shared.rx.lock().unwrap();
+        if rx.out.is_empty() {
+            match self.fill(&mut rx, deadline) {
+                Ok(()) => {}
+                Err(Error::Timeout(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            }
+        }
+        while rx.out.len() < max {
+            match self.fill(&mut rx, Some(Instant::now())) {
+                Ok(()) => {}
+                Err(Error::Timeout(_) | Error::PeerGone(_)) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let n = max.min(rx.out.len());
+        Ok(rx.out.drain(..n).collect())
+    }
+
+    /// Puts a message back at the head of the output queue (an async receive cancelled after the message
+    /// was taken: it must not be lost).
+    pub fn unrecv(&self, message: Message) {
+        self.shared.rx.lock().unwrap().out.push_front(message);
+    }
+
+    /// Receives and decodes one buffer into the output queue.
+    fn fill(&self, rx: &mut RxState, deadline: Deadline) -> Result<()> {
+        if self.shared.closed.load(Acquire) {
+            return Err(Error::ChannelClosed);
+        }
+        if let Some(e @ Error::Protocol(_)) = self.shared.failed() {
+            return Err(e);
+        }
+        let buf = self.shared.link.receive(deadline)?;
+        let mut messages = match wire::decode(&buf) {
+            Ok(m) => m,
+            Err(e) => {
+                self.shared.fail(&e);
+                return Err(e);
+            }
+        };
+        let c = &self.shared.counters;
+        // Zero-copy views pin their buffer; if the application keeps half the pool pinned, the peer could
+        // run out of buffers and stall forever. Copy these messages out and free the buffer now instead.
+        if self.shared.link.receive_pool_pressed() {
+            messages = messages.into_iter().map(|m| m.into_frames().iter().map(|f| Bytes::copy_from_slice(f)).collect()).collect();
+            c.copied_out.fetch_add(1, Relaxed);
+        }
+        c.buffers_received.fetch_add(1, Relaxed);
+        c.messages_received.fetch_add(messages.len() as u64, Relaxed);
+        c.bytes_received.fetch_add(messages.iter().map(|m| m.nbytes() as u64).sum(), Relaxed);
+        rx.out.extend(messages);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        Stats {
+            messages_sent: c.messages_sent.load(Relaxed),
+            bytes_sent: c.bytes_sent.load(Relaxed),
+            buffers_sent: c.buffers_sent.load(Relaxed),
+            max_clubbed: c.max_clubbed.load(Relaxed),
+            buffer_waits: c.buffer_waits.load(Relaxed),
+            messages_received: c.messages_received.load(Relaxed),
+            bytes_received: c.bytes_received.load(Relaxed),
+            buffers_received: c.buffers_received.load(Relaxed),
+            queued: c.queued.load(Relaxed),
+            unsent_at_close: c.unsent_at_close.load(Relaxed),
+            copied_out: c.copied_out.load(Relaxed),
+        }
+    }
+
+    /// Closes the channel: refuses new messages, ships what is queued for up to `linger` (the option
+    /// given at open unless overridden), then closes the link. Idempotent.
+    pub fn close(&self, linger: Option<Duration>) {
+        let shared = &self.shared;
+        if shared.closed.swap(true, AcqRel) {
+            return;
+        }
+        shared.stop.store(true, Release);
+        {
+            let _rung = shared.backlog.lock().unwrap();
+            shared.backlog_rung.notify_all();
+        }
+        if let Some(handle) = self.flusher.lock().unwrap().take() {
+            let _ = handle.join();
+        }
+        let mut tx = shared.tx.lock().unwrap();
+        tx.scheduler.close_all();
+        let deadline = Instant::now() + linger.unwrap_or(self.linger);
+        while shared.failed().is_none() {
+            match shared.drain(&mut tx, Some(deadline)) {
+                Ok(true) if Instant::now() < deadline => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    shared.fail(&e);
+                    break;
+                }
+            }
+        }
+        let unsent = tx.scheduler.queued() as u64 + tx.carry.take().is_some() as u64;
+        shared.counters.unsent_at_close.store(unsent, Relaxed);
+        drop(tx);
+        shared.link.close();
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.close(None);
+    }
+}
+
+#[cfg(test)]
+mod tests;

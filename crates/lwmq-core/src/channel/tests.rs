@@ -1,0 +1,155 @@
+use super::*;
+use crate::transport::{self, Options};
+use bytes::Bytes;
+
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A connected pair over inproc with the given options on both sides.
+fn pair(options: Options) -> (Channel, Channel) {
+    let uri = format!("inproc://channel-test-{}", NEXT.fetch_add(1, Relaxed));
+    let listener = transport::listen(&uri, &options).unwrap();
+    let a = transport::connect(&uri, &options, Some(Instant::now() + Duration::from_secs(5))).unwrap();
+    let b = listener.accept(Some(Instant::now() + Duration::from_secs(5))).unwrap();
+    (Channel::new(a, &options).unwrap(), Channel::new(b, &options).unwrap())
+}
+
+fn soon() -> Deadline {
+    Some(Instant::now() + Duration::from_secs(5))
+}
+
+fn num(i: u32) -> Message {
+    Message::single(Bytes::copy_from_slice(&i.to_le_bytes()))
+}
+
+fn val(m: &Message) -> u32 {
+    u32::from_le_bytes(m.frames()[0][..4].try_into().unwrap())
+}
+
+#[test]
+fn lone_message_ships_at_once() {
+    let (a, b) = pair(Options::default());
+    a.send(num(7), soon()).unwrap();
+    // Shipped by the send call itself: nothing is left queued and no thread had to run.
+    let s = a.stats();
+    assert_eq!((s.messages_sent, s.buffers_sent, s.queued), (1, 1, 0));
+    assert!(a.flusher.lock().unwrap().is_none(), "no flusher thread when a buffer was free");
+    assert_eq!(val(&b.recv(soon()).unwrap()), 7);
+}
+
+#[test]
+fn clubbing_under_load_keeps_order() {
+    let options = Options { send_buffers: Some(2), buffer_size: Some(4096), ..Options::default() };
+    let (a, b) = pair(options);
+    let n = 20_000u32;
+    let receiver = std::thread::spawn(move || {
+        for i in 0..n {
+            assert_eq!(val(&b.recv(soon()).unwrap()), i);
+        }
+        b
+    });
+    for i in 0..n {
+        a.send(num(i), soon()).unwrap();
+    }
+    let b = receiver.join().unwrap();
+    let s = a.stats();
+    assert_eq!(s.messages_sent, n as u64);
+    assert!(s.buffers_sent < n as u64, "some messages were clubbed: {s:?}");
+    assert_eq!(b.stats().messages_received, n as u64);
+}
+
+#[test]
+fn send_many_clubs_and_rejects_oversized_first() {
+    let options = Options { buffer_size: Some(1024), ..Options::default() };
+    let (a, b) = pair(options);
+    let too_big = Message::single(vec![0u8; 2000]);
+    let err = a.send_many(vec![num(1), too_big], soon()).unwrap_err();
+    assert!(matches!(err.0, Error::MessageTooLarge { .. }));
+    assert_eq!(a.stats().messages_sent, 0, "nothing sent when one message is too large");
+    a.send_many((0..100).map(num).collect(), soon()).unwrap();
+    let got = b.recv_many(1000, soon()).unwrap();
+    assert!(!got.is_empty());
+    assert!(a.stats().buffers_sent < 100);
+}
+
+#[test]
+fn multi_frame_messages_arrive_whole() {
+    let (a, b) = pair(Options::default());
+    let m: Message = [&b"key"[..], b"", &[9u8; 1000][..]].into_iter().map(Bytes::copy_from_slice).collect();
+    a.send(m.clone(), soon()).unwrap();
+    assert_eq!(b.recv(soon()).unwrap(), m);
+}
+
+#[test]
+fn peer_close_gives_peer_gone_after_draining() {
+    let (a, b) = pair(Options::default());
+    a.send(num(1), soon()).unwrap();
+    a.send(num(2), soon()).unwrap();
+    a.close(None);
+    assert_eq!(val(&b.recv(soon()).unwrap()), 1);
+    assert_eq!(val(&b.recv(soon()).unwrap()), 2);
+    assert!(matches!(b.recv(soon()), Err(Error::PeerGone(_))));
+    assert!(matches!(b.send(num(3), soon()).map_err(|e| e.error), Err(Error::PeerGone(_))));
+    assert!(matches!(a.recv(soon()), Err(Error::ChannelClosed)));
+}
+
+#[test]
+fn receive_times_out() {
+    let (_a, b) = pair(Options::default());
+    assert!(matches!(b.recv(Some(Instant::now() + Duration::from_millis(10))), Err(Error::Timeout(_))));
+    assert!(b.try_recv().unwrap().is_none());
+}
+
+#[test]
+fn close_ships_the_backlog_within_linger() {
+    let options = Options { send_buffers: Some(1), buffer_size: Some(256), ..Options::default() };
+    let (a, b) = pair(options);
+    let q = a.queue("low", Producers::One).unwrap();
+    for i in 0..200 {
+        a.post(&q, num(i), soon()).unwrap();
+    }
+    let reader = std::thread::spawn(move || (0..200).map(|_| val(&b.recv(soon()).unwrap())).collect::<Vec<_>>());
+    a.close(Some(Duration::from_secs(5)));
+    assert_eq!(reader.join().unwrap(), (0..200).collect::<Vec<_>>());
+    assert_eq!(a.stats().unsent_at_close, 0);
+}
+
+#[test]
+fn zero_copy_views_keep_their_buffer_until_dropped() {
+    let options = Options { send_buffers: Some(8), buffer_size: Some(256), ..Options::default() };
+    let (a, b) = pair(options);
+    a.send(num(1), soon()).unwrap();
+    let held = b.recv(soon()).unwrap();
+    let address = held.frames()[0].as_ptr();
+    for i in 2..200 {
+        a.send(num(i), soon()).unwrap();
+        assert_eq!(val(&b.recv(soon()).unwrap()), i);
+    }
+    // The held view still points into its transport buffer, which was never handed out again.
+    assert_eq!(held.frames()[0].as_ptr(), address);
+    assert_eq!(val(&held), 1);
+    assert_eq!(b.stats().copied_out, 0, "one held buffer of eight is no pressure");
+}
+
+#[test]
+fn holding_received_messages_never_starves_the_sender() {
+    let options = Options { send_buffers: Some(4), buffer_size: Some(256), ..Options::default() };
+    let (a, b) = pair(options);
+    let sender = std::thread::spawn(move || {
+        for i in 0..100 {
+            a.send(num(i), soon()).unwrap();
+            std::thread::sleep(Duration::from_micros(200)); // one message per buffer
+        }
+        a
+    });
+    // Keep every message: the first buffers stay pinned, the rest are copied out and freed.
+    let kept: Vec<Message> = (0..100).map(|_| b.recv(soon()).unwrap()).collect();
+    assert_eq!(kept.iter().map(val).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+    assert!(b.stats().copied_out > 0);
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn unknown_group_is_an_invalid_option() {
+    let (a, _b) = pair(Options::default());
+    assert!(matches!(a.queue("urgent", Producers::One), Err(Error::InvalidOption(_))));
+}

@@ -1,0 +1,167 @@
+//! `Message` and `Frame`: thin wrappers over the engine's message; frames expose the buffer protocol
+//! read-only, as zero-copy views (a received frame points into transport memory).
+
+use bytes::Bytes;
+use lwmq_core::message::Message as CoreMessage;
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use std::os::raw::c_int;
+
+#[pyclass(frozen, module = "lwmq._core")]
+pub struct Frame {
+    pub data: Bytes,
+}
+
+/// Copies any contiguous buffer-protocol object into a frame (a Frame is taken as is, no copy).
+pub fn frame_from(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(frame) = obj.downcast::<Frame>() {
+        return Ok(frame.get().data.clone());
+    }
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err("a frame is bytes-like, not str: encode it first"));
+    }
+    let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+    // SAFETY: `view` is written by PyObject_GetBuffer on success and released below exactly once; on
+    // failure it is left untouched and a Python exception is set.
+    unsafe {
+        if ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS) != 0 {
+            let err = PyErr::fetch(obj.py());
+            return Err(PyTypeError::new_err(format!(
+                "a frame must be a contiguous bytes-like object, not {}: {err}",
+                obj.get_type().name()?
+            )));
+        }
+        let mut view = view.assume_init();
+        let data = Bytes::copy_from_slice(std::slice::from_raw_parts(view.buf as *const u8, view.len as usize));
+        ffi::PyBuffer_Release(&mut view);
+        Ok(data)
+    }
+}
+
+/// A message from what `send` accepts: a Message, one bytes-like object, or a list/tuple of them.
+pub fn message_from(obj: &Bound<'_, PyAny>) -> PyResult<CoreMessage> {
+    if let Ok(m) = obj.downcast::<Message>() {
+        return Ok(m.get().inner.clone());
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let frames = obj.try_iter()?.map(|f| frame_from(&f?)).collect::<PyResult<Vec<_>>>()?;
+        if frames.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err("a message needs at least one frame"));
+        }
+        return Ok(CoreMessage::new(frames));
+    }
+    Ok(CoreMessage::new(vec![frame_from(obj)?]))
+}
+
+#[pymethods]
+impl Frame {
+    #[new]
+    fn new(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Frame { data: frame_from(data)? })
+    }
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    fn tobytes<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, &self.data)
+    }
+
+    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        self.tobytes(py)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match frame_from(other) {
+            Ok(b) => b == self.data,
+            Err(_) => false,
+        }
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.data.hash(&mut h);
+        h.finish()
+    }
+
+    fn __repr__(&self) -> String {
+        let head: Vec<u8> = self.data.iter().take(32).copied().collect();
+        let more = if self.data.len() > 32 { "..." } else { "" };
+        format!("Frame({:?}{more}, {} bytes)", Bytes::from(head), self.data.len())
+    }
+
+    /// Read-only buffer protocol: memoryview(frame), numpy.frombuffer(frame), bytes(frame).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("a Frame is read-only"));
+        }
+        let data = &slf.get().data;
+        // SAFETY: the buffer points into `data`, which lives as long as the Frame; PyBuffer_FillInfo takes
+        // a reference to the Frame (view->obj), so the memory outlives every view. Read-only (readonly=1).
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut _, data.len() as ffi::Py_ssize_t, 1, flags)
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+}
+
+#[pyclass(frozen, module = "lwmq._core")]
+pub struct Message {
+    pub inner: CoreMessage,
+}
+
+#[pymethods]
+impl Message {
+    #[new]
+    #[pyo3(signature = (*frames))]
+    fn new(frames: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let frames = frames.iter().map(|f| frame_from(&f)).collect::<PyResult<Vec<_>>>()?;
+        if frames.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err("a message needs at least one frame"));
+        }
+        Ok(Message { inner: CoreMessage::new(frames) })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __getitem__(&self, index: isize) -> PyResult<Frame> {
+        let n = self.inner.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if !(0..n).contains(&i) {
+            return Err(PyIndexError::new_err("frame index out of range"));
+        }
+        Ok(Frame { data: self.inner.frames()[i as usize].clone() })
+    }
+
+    #[getter]
+    fn frames<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.frames().iter().map(|f| Frame { data: f.clone() }))
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.frames(py)?.into_any().try_iter()?.into_any())
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.downcast::<Message>().is_ok_and(|o| o.get().inner == self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        let sizes: Vec<usize> = self.inner.frames().iter().map(|f| f.len()).collect();
+        format!("Message({} frames, {} bytes, frame sizes {sizes:?})", self.inner.len(), self.inner.nbytes())
+    }
+}

@@ -1,0 +1,56 @@
+"""The ``lwmq`` command line: ``lwmq --help``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__, build_profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lwmq", description="lwmq: brokerless messaging for Python.")
+    parser.add_argument("--version", action="version", version=f"lwmq {__version__} ({build_profile} build)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="two peers exchange messages; prints messages/s and round-trip latency")
+    demo.add_argument("--url", help="transport URI (default: the best available)")
+    demo.add_argument("--messages", type=int, default=1_000_000, help="messages for the throughput run")
+    demo.add_argument("--size", type=int, default=64, help="message size in bytes")
+    demo.add_argument("--round-trips", type=int, default=20_000, help="round trips for the latency run")
+
+    sub.add_parser("transports", help="list the transports lwmq can use")
+
+    send = sub.add_parser("send", help="send each line of standard input (or --message) as a message")
+    send.add_argument("url")
+    send.add_argument("--message", "-m", action="append", help="a message to send (repeatable)")
+    send.add_argument("--timeout", type=float, default=5.0)
+
+    recv = sub.add_parser("recv", help="listen on URL and print the messages of the first peer")
+    recv.add_argument("url")
+    recv.add_argument("--count", "-n", type=int, default=0, help="stop after N messages (0: until the peer leaves)")
+    recv.add_argument("--timeout", type=float, default=None, help="seconds to wait for the peer")
+
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import run
+
+        return run(args.url, args.messages, args.size, args.round_trips)
+    if args.command == "transports":
+        from .tools import show_transports
+
+        return show_transports()
+    if args.command == "send":
+        from .tools import send_lines
+
+        return send_lines(args.url, args.message, args.timeout)
+    if args.command == "recv":
+        from .tools import print_messages
+
+        return print_messages(args.url, args.count, args.timeout)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
