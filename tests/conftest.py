@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -33,6 +35,35 @@ def closer() -> Iterator[Callable]:
     yield own
     for obj in reversed(owned):
         obj.close()
+
+
+PEERS = os.path.join(os.path.dirname(__file__), "peers.py")
+
+
+@pytest.fixture
+def spawn():
+    """spawn(role, url, *args) -> Popen of tests/peers.py, started and ready; killed at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(role: str, url: str, *args: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, PEERS, role, url, *args], stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        line = p.stdout.readline()
+        assert line == "ready\n", f"peer {role} did not start: {line!r}"
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=30)
+        p.stdout.close()
+
+
+@pytest.fixture
+def ipc_uri() -> str:
+    """A fresh ipc address (abstract namespace: nothing on disk)."""
+    return f"ipc://test-{os.getpid()}-{next(_names)}"
 
 
 @pytest.fixture

@@ -31,9 +31,15 @@ def _install_counting_filter(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
-# name -> (address factory, installer or None)
+def _ipc() -> str:
+    return f"ipc://conformance-{os.getpid()}-{next(_n)}"
+
+
+# name -> (address factory, installer or None). Both ends run in this process; tests/test_ipc.py covers
+# ipc:// across processes.
 TRANSPORTS = {
     "inproc": (_inproc, None),
+    "ipc": (_ipc, None),
     "inproc+entry-point-filter": (_inproc, _install_counting_filter),
 }
 

@@ -138,6 +138,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<links::RawLink>()?;
     m.add_class::<links::RawListener>()?;
     m.add_class::<links::TxBuffer>()?;
+    m.add_class::<links::SegmentView>()?;
     m.add_function(wrap_pyfunction!(listen, m)?)?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(raw_listen, m)?)?;

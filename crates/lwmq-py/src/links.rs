@@ -218,10 +218,49 @@ impl RawLink {
         self.inner.peer()
     }
 
+    /// A writable view of the whole shared segment: for tests that play a hostile peer. Writing to it
+    /// breaks the channel by design.
+    fn _segment(slf: &Bound<'_, Self>) -> PyResult<SegmentView> {
+        let (ptr, len) = slf.get().inner.segment().ok_or_else(|| PyValueError::new_err("this link has no shared segment"))?;
+        Ok(SegmentView { _link: slf.clone().unbind(), ptr: ptr as usize, len })
+    }
+
+    /// Pushes a raw (buffer index << 32 | length) descriptor to the peer without any check: tests that
+    /// play a hostile peer.
+    fn _forge_descriptor(&self, value: u64) -> PyResult<()> {
+        self.inner.forge_descriptor(value).map_err(to_py)
+    }
+
     /// True while the application holds half or more of this link's receive buffers.
     #[getter]
     fn pressed(&self) -> bool {
         self.inner.receive_pool_pressed()
+    }
+}
+
+/// Writable view of a link's shared segment (tests only); keeps the link, hence the mapping, alive.
+#[pyclass(frozen, module = "lwmq._core")]
+pub struct SegmentView {
+    _link: Py<RawLink>,
+    ptr: usize,
+    len: usize,
+}
+
+#[pymethods]
+impl SegmentView {
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let me = slf.get();
+        // SAFETY: the mapping lives as long as the link this object holds; concurrent writes by design
+        // only corrupt the channel's data, which the engine treats as hostile input.
+        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut _, me.len as ffi::Py_ssize_t, 0, flags) };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
     }
 }
 

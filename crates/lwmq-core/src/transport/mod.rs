@@ -6,6 +6,7 @@
 //! Providers register at compile time with `inventory::submit!`; the core never names one.
 
 pub mod inproc;
+pub mod ipc;
 pub mod options;
 pub mod pool;
 pub mod ring_link;
@@ -98,6 +99,14 @@ pub trait Link: Send + Sync {
     fn receive_pool_pressed(&self) -> bool {
         false
     }
+    /// The shared segment behind this link, for tests that play a hostile peer (None if not shared memory).
+    fn segment(&self) -> Option<(*mut u8, usize)> {
+        None
+    }
+    /// Pushes a raw descriptor to the peer, bypassing every check: tests that play a hostile peer.
+    fn forge_descriptor(&self, _value: u64) -> Result<()> {
+        Err(Error::InvalidOption("this link has no descriptor ring".into()))
+    }
     /// Closes this end: the peer sees `PeerGone`, our own waiters `ChannelClosed`.
     fn close(&self);
     /// Who is at the other end, for messages and logs.
@@ -106,6 +115,10 @@ pub trait Link: Send + Sync {
 
 pub trait Listener: Send + Sync {
     fn accept(&self, deadline: Deadline) -> Result<Box<dyn Link>>;
+    /// Peers refused since the last call, each with its reason (the binding logs them).
+    fn take_refusals(&self) -> Vec<String> {
+        Vec::new()
+    }
     fn close(&self);
     fn address(&self) -> String;
 }

@@ -19,6 +19,15 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 
+/// Reads a shared close flag: 0 open, 1 closed, anything else written by a hostile peer.
+fn flag(word: &AtomicU32) -> Result<bool> {
+    match word.load(Acquire) {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Error::Protocol(format!("corrupt control block: close flag {v:#x}"))),
+    }
+}
+
 /// The shared control block of one direction.
 #[repr(C)]
 #[derive(Default)]
@@ -104,6 +113,11 @@ impl Region {
         Ok(Arc::new(Region { map, layout }))
     }
 
+    /// The whole mapping (tests that play a hostile peer scribble on it).
+    pub fn raw(&self) -> (*mut u8, usize) {
+        (self.base(), self.layout.total)
+    }
+
     fn base(&self) -> *mut u8 {
         self.map.as_ptr() as *mut u8
     }
@@ -150,6 +164,8 @@ impl Region {
 pub struct PoolSender {
     region: Arc<Region>,
     d: usize,
+    /// Closed by our own side: kept in private memory, which the peer cannot write.
+    closed: Arc<AtomicBool>,
     filled: Producer,
     freed: Consumer,
     /// Buffers this side holds between acquire and ship.
@@ -161,6 +177,7 @@ pub struct PoolSender {
 pub struct PoolReceiver {
     region: Arc<Region>,
     d: usize,
+    closed: Arc<AtomicBool>,
     filled: Consumer,
     releaser: Arc<Releaser>,
     policy: WaitPolicy,
@@ -177,15 +194,15 @@ struct Releaser {
 }
 
 /// Builds the sending end of direction `d`. Exactly one per direction and segment.
-pub fn sender(region: &Arc<Region>, d: usize, policy: WaitPolicy) -> PoolSender {
+pub fn sender(region: &Arc<Region>, d: usize, policy: WaitPolicy, closed: Arc<AtomicBool>) -> PoolSender {
     let (filled, _) = region.filled_ring(d);
     let (_, freed) = region.freed_ring(d);
     let count = region.layout.dirs[d].count as usize;
-    PoolSender { region: region.clone(), d, filled, freed, owned: vec![false; count], policy }
+    PoolSender { region: region.clone(), d, closed, filled, freed, owned: vec![false; count], policy }
 }
 
 /// Builds the receiving end of direction `d` and lends the sender every buffer. Exactly one per direction.
-pub fn receiver(region: &Arc<Region>, d: usize, policy: WaitPolicy) -> Result<PoolReceiver> {
+pub fn receiver(region: &Arc<Region>, d: usize, policy: WaitPolicy, closed: Arc<AtomicBool>) -> Result<PoolReceiver> {
     let (_, filled) = region.filled_ring(d);
     let (mut freed, _) = region.freed_ring(d);
     let count = region.layout.dirs[d].count;
@@ -197,7 +214,7 @@ pub fn receiver(region: &Arc<Region>, d: usize, policy: WaitPolicy) -> Result<Po
     region.ctl(d).freed_wait.notify();
     let held = (0..count).map(|_| AtomicBool::new(false)).collect();
     let releaser = Arc::new(Releaser { region: region.clone(), d, freed: Mutex::new(freed), held, held_count: AtomicU32::new(0) });
-    Ok(PoolReceiver { region: region.clone(), d, filled, releaser, policy })
+    Ok(PoolReceiver { region: region.clone(), d, closed, filled, releaser, policy })
 }
 
 impl PoolSender {
@@ -210,12 +227,15 @@ impl PoolSender {
         let ctl = self.region.ctl(self.d);
         let count = self.region.layout.dirs[self.d].count;
         let freed = &mut self.freed;
+        let closed = &self.closed;
         let got = ctl.freed_wait.wait_for(self.policy, deadline, || {
-            if ctl.sender_closed.load(Acquire) != 0 {
+            if closed.load(Acquire) {
                 return Some(Err(Error::ChannelClosed));
             }
-            if ctl.receiver_closed.load(Acquire) != 0 {
-                return Some(Err(Error::PeerGone("the receiver closed its end".into())));
+            match flag(&ctl.receiver_closed) {
+                Err(e) => return Some(Err(e)),
+                Ok(true) => return Some(Err(Error::PeerGone("the peer closed its end or died".into()))),
+                Ok(false) => {}
             }
             match freed.pop() {
                 Err(e) => Some(Err(Error::Protocol(e.0.into()))),
@@ -237,6 +257,13 @@ impl PoolSender {
         // SAFETY: we now own buffer `index` (ownership protocol, checked above) until we ship it; it is
         // `size` bytes inside the mapping kept alive by `self.region`.
         Ok(unsafe { TxBuf::from_raw(self.region.buffer(self.d, index), self.buffer_size(), index as u64) })
+    }
+
+    /// Pushes an arbitrary descriptor into the filled ring, as a hostile peer could (tests only).
+    pub fn forge_descriptor(&mut self, value: u64) -> Result<()> {
+        self.filled.push(value).map_err(|e| Error::Protocol(e.0.into()))?;
+        self.region.ctl(self.d).filled_wait.notify();
+        Ok(())
     }
 
     pub fn ship(&mut self, buf: TxBuf, len: usize) -> Result<()> {
@@ -304,16 +331,20 @@ impl PoolReceiver {
     pub fn receive(&mut self, deadline: Deadline) -> Result<Bytes> {
         let ctl = self.region.ctl(self.d);
         let filled = &mut self.filled;
+        let closed = &self.closed;
         let got = ctl.filled_wait.wait_for(self.policy, deadline, || {
-            if ctl.receiver_closed.load(Acquire) != 0 {
+            if closed.load(Acquire) {
                 return Some(Err(Error::ChannelClosed));
             }
-            let closed = ctl.sender_closed.load(Acquire) != 0;
+            let peer_gone = match flag(&ctl.sender_closed) {
+                Ok(gone) => gone,
+                Err(e) => return Some(Err(e)),
+            };
             // Check the ring after reading the flag: whatever was shipped before the close is delivered.
             match filled.pop() {
                 Err(e) => Some(Err(Error::Protocol(e.0.into()))),
                 Ok(Some(v)) => Some(Ok(v)),
-                Ok(None) if closed => Some(Err(Error::PeerGone("the sender closed its end".into()))),
+                Ok(None) if peer_gone => Some(Err(Error::PeerGone("the peer closed its end or died".into()))),
                 Ok(None) => None,
             }
         });

@@ -17,7 +17,8 @@ pub struct RingLink {
     rx: Mutex<PoolReceiver>,
     tx_size: usize,
     peer: String,
-    closed: AtomicBool,
+    /// Our own close, private to this process (the shared flags only tell the peer).
+    closed: Arc<AtomicBool>,
 }
 
 impl RingLink {
@@ -25,8 +26,9 @@ impl RingLink {
     /// receiving end lends all of its buffers to the peer.
     pub fn attach(region: &Arc<Region>, send_dir: usize, policy: WaitPolicy, peer: String) -> Result<RingLink> {
         let recv_dir = 1 - send_dir;
-        let tx = pool::sender(region, send_dir, policy);
-        let rx = pool::receiver(region, recv_dir, policy)?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let tx = pool::sender(region, send_dir, policy, closed.clone());
+        let rx = pool::receiver(region, recv_dir, policy, closed.clone())?;
         Ok(RingLink {
             region: region.clone(),
             send_dir,
@@ -35,7 +37,7 @@ impl RingLink {
             tx: Mutex::new(tx),
             rx: Mutex::new(rx),
             peer,
-            closed: AtomicBool::new(false),
+            closed,
         })
     }
 }
@@ -61,8 +63,17 @@ impl Link for RingLink {
         self.rx.lock().unwrap().pressed()
     }
 
+    fn segment(&self) -> Option<(*mut u8, usize)> {
+        Some(self.region.raw())
+    }
+
+    fn forge_descriptor(&self, value: u64) -> Result<()> {
+        self.tx.lock().unwrap().forge_descriptor(value)
+    }
+
     fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
+            // Tells the peer, and wakes our own waiters, which then see `closed`.
             self.region.close_direction(self.send_dir, true);
             self.region.close_direction(self.recv_dir, false);
         }
