@@ -15,6 +15,7 @@ EXPECTED = {
     "quickstart.py": "b'AAPL' b'189.52'\nb'cancel all'\n",
     "tensors.py": "(4, 8) float32 0.0\n(4, 8) float32 1.0\n(4, 8) float32 2.0\n",
     "asyncio_echo.py": "[b'one', b'two', b'three']\n",
+    "two_processes.py": "[1, 4, 9, 16, 25]\nworker exit code 0\n",
 }
 
 
@@ -56,3 +57,4 @@ def test_demo_runs_and_checks_its_count():
     )
     assert out.returncode == 0, out.stderr
     assert "msg/s" in out.stdout and "20,000 messages" in out.stdout and "round trip p50" in out.stdout
+    assert "between two processes" in out.stdout

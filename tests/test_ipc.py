@@ -288,3 +288,19 @@ def test_stale_socket_file_is_reclaimed(closer, tmp_path):
 def test_malformed_ipc_addresses(bad):
     with pytest.raises(lwmq.AddressError):
         lwmq.listen(bad)
+
+
+@pytest.mark.parametrize("mode", [{"busy_poll": 1}, {"spin_us": 0}, {"spin_us": 500}])
+def test_wake_up_modes(closer, spawn, ipc_uri, mode):
+    listener = closer(lwmq.listen(ipc_uri, **mode))
+    spawn("echo", ipc_uri, *(f"{k}={v}" for k, v in mode.items()))
+    ch = closer(listener.accept(timeout=10))
+    for i in range(2000):
+        ch.send(i.to_bytes(4, "little"))
+        assert int.from_bytes(bytes(ch.recv(timeout=10)[0]), "little") == i
+
+
+def test_abstract_address_in_use(closer, ipc_uri):
+    closer(lwmq.listen(ipc_uri))
+    with pytest.raises(lwmq.AddressInUse):
+        lwmq.listen(ipc_uri)

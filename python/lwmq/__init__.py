@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from ._core import Channel, Frame, Listener, Message, Queue, RawLink, RawListener, build_profile
+from ._core import Channel, Frame, Listener, Loan, Message, Queue, RawLink, RawListener, build_profile
 from .errors import (
     AddressError,
     AddressInUse,
@@ -67,7 +67,7 @@ def raw_connect(uri: str, timeout: float | None = 5.0, **options: Any) -> RawLin
 
 
 __all__ = [
-    "Message", "Frame", "Channel", "Listener", "Queue", "RawLink", "RawListener", "listen", "connect",
+    "Message", "Frame", "Channel", "Listener", "Loan", "Queue", "RawLink", "RawListener", "listen", "connect",
     "raw_listen", "raw_connect", "transports", "TransportInfo", "build_profile", "__version__",
     "Error", "Timeout", "MessageTooLarge", "AddressError", "UnsupportedScheme", "AddressInUse", "PeerGone",
     "ChannelClosed", "ProtocolError", "QueueFull",

@@ -141,6 +141,13 @@ impl Channel {
         self.inner.unrecv(message.get().inner.clone());
     }
 
+    /// A transport buffer of `nbytes` to write a one-frame message into, then `ship(n)`: no copy.
+    #[pyo3(signature = (nbytes, timeout=None))]
+    fn loan(&self, py: Python<'_>, nbytes: usize, timeout: Option<f64>) -> PyResult<crate::loan::Loan> {
+        let inner = &self.inner;
+        blocking::run(py, deadline(timeout)?, is_timeout, |d| inner.loan(nbytes, d), to_py).map(crate::loan::Loan::new)
+    }
+
     /// A new input queue. producers="one": unbounded, for one producer thread; "many": thread-safe,
     /// bounded by `capacity` (post waits, then raises QueueFull).
     #[pyo3(signature = (priority="normal", producers="one", capacity=None))]

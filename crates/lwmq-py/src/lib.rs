@@ -6,6 +6,7 @@ mod channel;
 mod errors;
 mod links;
 mod listener;
+mod loan;
 mod message;
 mod options;
 mod queue;
@@ -138,6 +139,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<links::RawLink>()?;
     m.add_class::<links::RawListener>()?;
     m.add_class::<links::TxBuffer>()?;
+    m.add_class::<loan::Loan>()?;
     m.add_class::<links::SegmentView>()?;
     m.add_function(wrap_pyfunction!(listen, m)?)?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;

@@ -30,7 +30,7 @@ pub fn parse(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 }
                 o.spin = Duration::from_secs_f64(us / 1e6);
             }
-            "busy_poll" => o.busy_poll = value.extract()?,
+            "busy_poll" => o.busy_poll = value.is_truthy()?,
             "priorities" => {
                 let dict = value.downcast::<PyDict>().map_err(|_| PyTypeError::new_err("priorities is a dict of group name -> weight"))?;
                 o.priorities = dict.iter().map(|(k, v)| Ok((k.extract()?, v.extract()?))).collect::<PyResult<_>>()?;

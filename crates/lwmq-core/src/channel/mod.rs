@@ -67,8 +67,8 @@ struct TxState {
     scheduler: Scheduler,
     /// A message taken from its queue that did not fit the last buffer; it goes first into the next one.
     carry: Option<Message>,
-    /// A buffer acquired when the queues turned out empty after all; used first next time.
-    spare: Option<TxBuf>,
+    /// Buffers acquired but not used (queues empty after all, a loan given back); used first next time.
+    spare: Vec<TxBuf>,
 }
 
 struct RxState {
@@ -82,13 +82,17 @@ struct Shared {
     tx: Mutex<TxState>,
     /// Someone posted while the encoder lock was held: its holder runs the encoder again.
     pending: AtomicBool,
-    /// The flusher's doorbell: messages are queued and no buffer was free.
-    backlog: Mutex<bool>,
+    /// The flusher's doorbell: messages are queued and no buffer was free. Rung (a system call) only
+    /// while the flusher is parked, so a busy channel does not pay for it on every post.
+    backlog: AtomicBool,
+    flusher_parked: AtomicBool,
+    doorbell: Mutex<()>,
     backlog_rung: Condvar,
     stop: AtomicBool,
     closed: AtomicBool,
     /// First fatal error (peer gone, protocol error); every later call reports it.
     failure: Mutex<Option<Error>>,
+    has_failed: AtomicBool,
     rx: Mutex<RxState>,
     counters: Counters,
 }
@@ -102,6 +106,9 @@ pub struct Channel {
 
 impl Shared {
     fn failed(&self) -> Option<Error> {
+        if !self.has_failed.load(Acquire) {
+            return None;
+        }
         self.failure.lock().unwrap().clone()
     }
 
@@ -110,6 +117,7 @@ impl Shared {
             let mut failure = self.failure.lock().unwrap();
             if failure.is_none() {
                 *failure = Some(e.clone());
+                self.has_failed.store(true, Release);
             }
             drop(failure);
             if matches!(e, Error::Protocol(_)) {
@@ -128,7 +136,7 @@ impl Shared {
             }
             // Take a buffer before taking messages out of their queues, so a bounded queue stays exactly
             // as full as it looks while the transport is busy.
-            let mut buf = match tx.spare.take() {
+            let mut buf = match tx.spare.pop() {
                 Some(buf) => buf,
                 None => match self.link.acquire(deadline) {
                     Ok(buf) => buf,
@@ -137,7 +145,7 @@ impl Shared {
                 },
             };
             let Some(first) = tx.carry.take().or_else(|| tx.scheduler.next()) else {
-                tx.spare = Some(buf);
+                tx.spare.push(buf);
                 return Ok(false);
             };
             let mut writer = BufferWriter::new(buf.as_mut_slice());
@@ -170,22 +178,28 @@ impl Shared {
     }
 
     fn ring_flusher(&self) {
-        *self.backlog.lock().unwrap() = true;
-        self.backlog_rung.notify_one();
+        // SeqCst store then load, against the flusher's SeqCst store of `flusher_parked` then load of
+        // `backlog`: one of the two sees the other, so the doorbell is never missed.
+        if !self.backlog.swap(true, SeqCst) && self.flusher_parked.load(SeqCst) {
+            let _doorbell = self.doorbell.lock().unwrap();
+            self.backlog_rung.notify_one();
+        }
     }
 
     /// The flusher thread: ships backlogged messages as buffers come free.
     fn flusher(self: Arc<Self>) {
         loop {
             {
-                let mut rung = self.backlog.lock().unwrap();
-                while !*rung && !self.stop.load(Acquire) {
-                    rung = self.backlog_rung.wait(rung).unwrap();
+                let mut doorbell = self.doorbell.lock().unwrap();
+                self.flusher_parked.store(true, SeqCst);
+                while !self.backlog.load(SeqCst) && !self.stop.load(Acquire) {
+                    doorbell = self.backlog_rung.wait_timeout(doorbell, Duration::from_millis(500)).unwrap().0;
                 }
+                self.flusher_parked.store(false, SeqCst);
                 if self.stop.load(Acquire) {
                     return;
                 }
-                *rung = false;
+                self.backlog.store(false, SeqCst);
             }
             while !self.stop.load(Acquire) {
                 let mut tx = self.tx.lock().unwrap();
@@ -212,13 +226,16 @@ impl Channel {
         let shared = Arc::new(Shared {
             buffer_size: link.send_buffer_size(),
             link,
-            tx: Mutex::new(TxState { scheduler, carry: None, spare: None }),
+            tx: Mutex::new(TxState { scheduler, carry: None, spare: Vec::new() }),
             pending: AtomicBool::new(false),
-            backlog: Mutex::new(false),
+            backlog: AtomicBool::new(false),
+            flusher_parked: AtomicBool::new(false),
+            doorbell: Mutex::new(()),
             backlog_rung: Condvar::new(),
             stop: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             failure: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             rx: Mutex::new(RxState { out: VecDeque::new() }),
             counters: Counters::default(),
         });
@@ -357,6 +374,31 @@ impl Channel {
         }
     }
 
+    /// Lends a transport buffer for a one-frame message of up to `nbytes` written in place (zero-copy
+    /// send). Messages this channel already queued are shipped first, so one thread's order holds.
+    pub fn loan(&self, nbytes: usize, deadline: Deadline) -> Result<Loan> {
+        self.usable()?;
+        let shared = &self.shared;
+        if nbytes > wire::max_loan(shared.buffer_size) {
+            return Err(Error::MessageTooLarge { size: nbytes + wire::LOAN_OFFSET - wire::HEADER_LEN, max: self.max_message_size() });
+        }
+        let mut tx = shared.tx.lock().unwrap();
+        shared.pending.store(false, SeqCst);
+        match shared.drain(&mut tx, deadline) {
+            Ok(false) => {}
+            Ok(true) => return Err(Error::Timeout("queued messages still waiting for buffers".into())),
+            Err(e) => {
+                shared.fail(&e);
+                return Err(e);
+            }
+        }
+        let buf = match tx.spare.pop() {
+            Some(buf) => buf,
+            None => shared.link.acquire(deadline)?,
+        };
+        Ok(Loan { shared: shared.clone(), buf: Some(buf), len: nbytes })
+    }
+
     /// The next message, waiting until `deadline`.
     pub fn recv(&self, deadline: Deadline) -> Result<Message> {
         let mut rx = self.shared.rx.lock().unwrap();
@@ -463,7 +505,7 @@ impl Channel {
         }
         shared.stop.store(true, Release);
         {
-            let _rung = shared.backlog.lock().unwrap();
+            let _doorbell = shared.doorbell.lock().unwrap();
             shared.backlog_rung.notify_all();
         }
         if let Some(handle) = self.flusher.lock().unwrap().take() {
@@ -486,6 +528,52 @@ impl Channel {
         shared.counters.unsent_at_close.store(unsent, Relaxed);
         drop(tx);
         shared.link.close();
+    }
+}
+
+/// A transport buffer lent by `Channel::loan`: write the data in place, then `ship`.
+pub struct Loan {
+    shared: Arc<Shared>,
+    buf: Option<TxBuf>,
+    len: usize,
+}
+
+impl Loan {
+    /// The writable data area (`nbytes` long).
+    pub fn data(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut self.buf.as_mut().expect("not shipped").as_mut_slice()[wire::LOAN_OFFSET..wire::LOAN_OFFSET + len]
+    }
+
+    /// Ships the first `n` bytes of the data area as a one-frame message, without copying them.
+    pub fn ship(mut self, n: usize) -> Result<()> {
+        let shared = self.shared.clone();
+        if shared.closed.load(Acquire) {
+            return Err(Error::ChannelClosed);
+        }
+        if let Some(e) = shared.failed() {
+            return Err(e);
+        }
+        if n > self.len {
+            return Err(Error::InvalidOption(format!("ship({n}) exceeds the loan of {} bytes", self.len)));
+        }
+        let mut buf = self.buf.take().expect("not shipped");
+        let len = wire::seal_loan(buf.as_mut_slice(), n);
+        let c = &shared.counters;
+        c.messages_sent.fetch_add(1, Relaxed);
+        c.bytes_sent.fetch_add(n as u64, Relaxed);
+        c.buffers_sent.fetch_add(1, Relaxed);
+        c.max_clubbed.fetch_max(1, Relaxed);
+        shared.link.ship(buf, len).inspect_err(|e| shared.fail(e))
+    }
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        // Not shipped: the buffer goes back to the encoder for the next messages.
+        if let Some(buf) = self.buf.take() {
+            self.shared.tx.lock().unwrap().spare.push(buf);
+        }
     }
 }
 

@@ -149,6 +149,21 @@ fn holding_received_messages_never_starves_the_sender() {
 }
 
 #[test]
+fn a_loan_ships_in_place_after_what_was_queued() {
+    let (a, b) = pair(Options { buffer_size: Some(4096), ..Options::default() });
+    a.send(num(1), soon()).unwrap();
+    let mut loan = a.loan(100, soon()).unwrap();
+    loan.data()[..4].copy_from_slice(&2u32.to_le_bytes());
+    loan.ship(4).unwrap();
+    assert_eq!(val(&b.recv(soon()).unwrap()), 1);
+    assert_eq!(val(&b.recv(soon()).unwrap()), 2);
+    assert!(matches!(a.loan(5000, soon()), Err(Error::MessageTooLarge { .. })));
+    drop(a.loan(10, soon()).unwrap()); // given back unshipped: nothing is sent
+    a.send(num(3), soon()).unwrap();
+    assert_eq!(val(&b.recv(soon()).unwrap()), 3);
+}
+
+#[test]
 fn unknown_group_is_an_invalid_option() {
     let (a, _b) = pair(Options::default());
     assert!(matches!(a.queue("urgent", Producers::One), Err(Error::InvalidOption(_))));

@@ -1,12 +1,12 @@
 //! Input queues: where application threads post messages for the encoder.
 //! - `Producers::One`: one producer thread, unbounded, lock-free (crossbeam's SegQueue).
-//! - `Producers::Many`: any number of threads, bounded by `capacity`; `post` blocks (with a timeout) while
-//!   full and fails with `QueueFull`, handing the message back.
+//! - `Producers::Many`: any number of threads, bounded by `capacity`, lock-free (crossbeam's ArrayQueue);
+//!   `post` blocks (with a timeout) while full and fails with `QueueFull`, handing the message back.
+//! Neither side makes a system call unless a poster actually has to wait for room.
 
 use crate::error::Error;
 use crate::message::Message;
-use crossbeam_queue::SegQueue;
-use std::collections::VecDeque;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -19,7 +19,13 @@ pub enum Producers {
 
 enum Store {
     Unbounded(SegQueue<Message>),
-    Bounded { items: Mutex<VecDeque<Message>>, space: Condvar, capacity: usize },
+    Bounded {
+        items: ArrayQueue<Message>,
+        /// Posters waiting for room park here; the consumer wakes them only when `parked` is non-zero.
+        room: Mutex<()>,
+        space: Condvar,
+        parked: AtomicUsize,
+    },
 }
 
 pub struct InputQueue {
@@ -42,9 +48,10 @@ impl InputQueue {
         let store = match producers {
             Producers::One => Store::Unbounded(SegQueue::new()),
             Producers::Many { capacity } => Store::Bounded {
-                items: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+                items: ArrayQueue::new(capacity.max(1)),
+                room: Mutex::new(()),
                 space: Condvar::new(),
-                capacity: capacity.max(1),
+                parked: AtomicUsize::new(0),
             },
         };
         InputQueue { store, len: AtomicUsize::new(0), closed: AtomicBool::new(false), detached: AtomicBool::new(false) }
@@ -65,22 +72,38 @@ impl InputQueue {
         }
         match &self.store {
             Store::Unbounded(q) => q.push(message),
-            Store::Bounded { items, space, capacity } => {
-                let mut guard = items.lock().unwrap();
-                while guard.len() >= *capacity {
+            Store::Bounded { items, room, space, parked } => {
+                let mut message = match items.push(message) {
+                    Ok(()) => {
+                        self.len.fetch_add(1, Ordering::AcqRel);
+                        return Ok(());
+                    }
+                    Err(m) => m,
+                };
+                // Full: park. Registering in `parked` (SeqCst) before the retry pairs with the consumer's
+                // SeqCst load after its pop, so either the retry finds room or the consumer wakes us.
+                let mut guard = room.lock().unwrap();
+                parked.fetch_add(1, Ordering::SeqCst);
+                let result = loop {
+                    match items.push(message) {
+                        Ok(()) => break Ok(()),
+                        Err(m) => message = m,
+                    }
                     if self.closed.load(Ordering::Acquire) {
-                        return Err(PostError { error: Error::ChannelClosed, message });
+                        break Err(PostError { error: Error::ChannelClosed, message });
                     }
                     let timeout = match deadline {
                         None => std::time::Duration::from_millis(100),
                         Some(d) => match d.checked_duration_since(Instant::now()) {
-                            Some(t) if !t.is_zero() => t,
-                            _ => return Err(PostError { error: Error::QueueFull, message }),
+                            Some(t) if !t.is_zero() => t.min(std::time::Duration::from_millis(100)),
+                            _ => break Err(PostError { error: Error::QueueFull, message }),
                         },
                     };
                     guard = space.wait_timeout(guard, timeout).unwrap().0;
-                }
-                guard.push_back(message);
+                };
+                parked.fetch_sub(1, Ordering::SeqCst);
+                drop(guard);
+                result?;
             }
         }
         self.len.fetch_add(1, Ordering::AcqRel);
@@ -91,9 +114,10 @@ impl InputQueue {
     pub fn pop(&self) -> Option<Message> {
         let message = match &self.store {
             Store::Unbounded(q) => q.pop(),
-            Store::Bounded { items, space, .. } => {
-                let m = items.lock().unwrap().pop_front();
-                if m.is_some() {
+            Store::Bounded { items, room, space, parked } => {
+                let m = items.pop();
+                if m.is_some() && parked.load(Ordering::SeqCst) != 0 {
+                    let _room = room.lock().unwrap();
                     space.notify_one();
                 }
                 m
@@ -106,8 +130,8 @@ impl InputQueue {
     /// Refuses further posts and wakes posters blocked on a full queue.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        if let Store::Bounded { items, space, .. } = &self.store {
-            let _guard = items.lock().unwrap();
+        if let Store::Bounded { room, space, .. } = &self.store {
+            let _room = room.lock().unwrap();
             space.notify_all();
         }
     }

@@ -115,6 +115,32 @@ impl<'a> BufferWriter<'a> {
     }
 }
 
+/// Where a loaned frame's data starts in a buffer: after the buffer, message and frame headers (8-aligned).
+pub const LOAN_OFFSET: usize = HEADER_LEN + MESSAGE_HEADER_LEN + FRAME_HEADER_LEN;
+
+/// The largest loan a buffer of `buffer_size` bytes can carry (data plus padding must fit).
+pub fn max_loan(buffer_size: usize) -> usize {
+    buffer_size.saturating_sub(LOAN_OFFSET) & !7
+}
+
+/// Writes the headers around a one-frame message whose `len` data bytes are already in place at
+/// `LOAN_OFFSET` (zero-copy send), zeroes its padding, and returns the bytes to ship.
+pub fn seal_loan(buf: &mut [u8], len: usize) -> usize {
+    let end = LOAN_OFFSET + align8(len);
+    assert!(len <= max_loan(buf.len()) && end <= buf.len(), "loan of {len} bytes exceeds its buffer");
+    buf[LOAN_OFFSET + len..end].fill(0);
+    buf[0..4].copy_from_slice(&MAGIC);
+    buf[4] = VERSION;
+    buf[5..8].fill(0);
+    put_u32(buf, 8, 1);
+    put_u32(buf, 12, (end - HEADER_LEN) as u32);
+    put_u32(buf, HEADER_LEN, 1);
+    put_u32(buf, HEADER_LEN + 4, 0);
+    put_u32(buf, HEADER_LEN + 8, len as u32);
+    put_u32(buf, HEADER_LEN + 12, 0);
+    end
+}
+
 fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }

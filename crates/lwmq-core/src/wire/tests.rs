@@ -29,6 +29,19 @@ fn writer_refuses_what_does_not_fit_and_counts() {
 }
 
 #[test]
+fn a_sealed_loan_decodes_as_one_frame_in_place() {
+    for len in [0usize, 1, 7, 8, 100] {
+        let mut buf = vec![0xAAu8; 256];
+        buf[LOAN_OFFSET..LOAN_OFFSET + len].fill(7);
+        let n = seal_loan(&mut buf, len);
+        buf.truncate(n);
+        let expected = encode_to_vec(&[msg(&[&vec![7u8; len]])]).unwrap();
+        assert_eq!(buf, expected, "a loan is byte-for-byte the encoding of the same message");
+    }
+    assert_eq!(max_loan(256), 224);
+}
+
+#[test]
 fn check_postable_rejects_oversized_and_empty() {
     let big = msg(&[&[0u8; 100]]);
     assert_eq!(check_postable(&big, 64), Err(Error::MessageTooLarge { size: 8 + 8 + 104, max: 48 }));
