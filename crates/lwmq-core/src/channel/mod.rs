@@ -13,13 +13,13 @@ use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::queue::input::{InputQueue, PostError, Producers};
 use crate::queue::scheduler::Scheduler;
-use crate::sync::Deadline;
+use crate::sync::{Combiner, Deadline, Parker};
 use crate::transport::{Link, Options, TxBuf};
 use crate::wire::{self, BufferWriter};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -78,16 +78,12 @@ struct RxState {
 struct Shared {
     link: Box<dyn Link>,
     buffer_size: usize,
-    /// The encoder lock.
-    tx: Mutex<TxState>,
-    /// Someone posted while the encoder lock was held: its holder runs the encoder again.
-    pending: AtomicBool,
-    /// The flusher's doorbell: messages are queued and no buffer was free. Rung (a system call) only
-    /// while the flusher is parked, so a busy channel does not pay for it on every post.
+    /// The encoder's state; a poster that finds it busy leaves the run to its holder.
+    tx: Combiner<TxState>,
+    /// The flusher's doorbell: messages are queued and no buffer was free. Waking the flusher costs a
+    /// system call only while it is parked, so a busy channel does not pay for it on every post.
     backlog: AtomicBool,
-    flusher_parked: AtomicBool,
-    doorbell: Mutex<()>,
-    backlog_rung: Condvar,
+    doorbell: Parker,
     stop: AtomicBool,
     closed: AtomicBool,
     /// First fatal error (peer gone, protocol error); every later call reports it.
@@ -95,13 +91,14 @@ struct Shared {
     has_failed: AtomicBool,
     rx: Mutex<RxState>,
     counters: Counters,
+    /// Started on first need (no free buffer), joined by `close`.
+    flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub struct Channel {
     shared: Arc<Shared>,
     default_queue: Arc<InputQueue>,
     linger: Duration,
-    flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -178,39 +175,80 @@ impl Shared {
     }
 
     fn ring_flusher(&self) {
-        // SeqCst store then load, against the flusher's SeqCst store of `flusher_parked` then load of
-        // `backlog`: one of the two sees the other, so the doorbell is never missed.
-        if !self.backlog.swap(true, SeqCst) && self.flusher_parked.load(SeqCst) {
-            let _doorbell = self.doorbell.lock().unwrap();
-            self.backlog_rung.notify_one();
+        if !self.backlog.swap(true, SeqCst) {
+            self.doorbell.notify();
         }
+    }
+
+    /// Runs the encoder if no one else is; otherwise leaves the run to whoever is.
+    fn pump(self: &Arc<Self>) -> Result<()> {
+        let shared = self;
+        let mut outcome = Ok(());
+        shared.tx.run(|tx| match shared.drain(tx, Some(Instant::now())) {
+            Ok(false) => true,
+            Ok(true) => {
+                // No free buffer: the flusher ships the rest as buffers come back.
+                shared.counters.buffer_waits.fetch_add(1, Relaxed);
+                self.start_flusher();
+                shared.ring_flusher();
+                false
+            }
+            Err(e) => {
+                shared.fail(&e);
+                outcome = Err(e);
+                false
+            }
+        });
+        outcome
+    }
+
+    fn start_flusher(self: &Arc<Self>) {
+        let mut flusher = self.flusher.lock().unwrap();
+        if flusher.is_none() && !self.stop.load(Acquire) {
+            let shared = self.clone();
+            let handle = std::thread::Builder::new()
+                .name("lwmq-flusher".into())
+                .stack_size(256 * 1024)
+                .spawn(move || shared.flusher())
+                .expect("spawning the flusher thread");
+            *flusher = Some(handle);
+        }
+    }
+
+    /// Short work on the encoder's state that must wait for it (adding a queue, taking a buffer back);
+    /// then the runs asked for meanwhile.
+    fn with_tx<R>(self: &Arc<Self>, f: impl FnOnce(&mut TxState) -> R) -> R {
+        let mut tx = self.tx.lock();
+        let result = f(&mut tx);
+        drop(tx);
+        if self.tx.must_rerun() {
+            let _ = self.pump(); // a failure is recorded by `fail` and reported to the next caller
+        }
+        result
     }
 
     /// The flusher thread: ships backlogged messages as buffers come free.
     fn flusher(self: Arc<Self>) {
         loop {
-            {
-                let mut doorbell = self.doorbell.lock().unwrap();
-                self.flusher_parked.store(true, SeqCst);
-                while !self.backlog.load(SeqCst) && !self.stop.load(Acquire) {
-                    doorbell = self.backlog_rung.wait_timeout(doorbell, Duration::from_millis(500)).unwrap().0;
-                }
-                self.flusher_parked.store(false, SeqCst);
-                if self.stop.load(Acquire) {
-                    return;
-                }
-                self.backlog.store(false, SeqCst);
+            self.doorbell.wait_until(None, || (self.backlog.swap(false, SeqCst) || self.stop.load(Acquire)).then_some(()));
+            if self.stop.load(Acquire) {
+                return;
             }
             while !self.stop.load(Acquire) {
-                let mut tx = self.tx.lock().unwrap();
-                self.pending.store(false, SeqCst);
-                match self.drain(&mut tx, Some(Instant::now() + FLUSH_SLICE)) {
-                    Ok(true) => continue,
-                    Ok(false) => break,
+                let (mut backlogged, mut failed) = (false, false);
+                self.tx.run_locked(|tx| match self.drain(tx, Some(Instant::now() + FLUSH_SLICE)) {
+                    Ok(more) => {
+                        backlogged = more;
+                        true
+                    }
                     Err(e) => {
                         self.fail(&e);
-                        break;
+                        failed = true;
+                        false
                     }
+                });
+                if failed || !backlogged {
+                    break;
                 }
             }
         }
@@ -226,20 +264,18 @@ impl Channel {
         let shared = Arc::new(Shared {
             buffer_size: link.send_buffer_size(),
             link,
-            tx: Mutex::new(TxState { scheduler, carry: None, spare: Vec::new() }),
-            pending: AtomicBool::new(false),
+            tx: Combiner::new(TxState { scheduler, carry: None, spare: Vec::new() }),
             backlog: AtomicBool::new(false),
-            flusher_parked: AtomicBool::new(false),
-            doorbell: Mutex::new(()),
-            backlog_rung: Condvar::new(),
+            doorbell: Parker::default(),
             stop: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             failure: Mutex::new(None),
             has_failed: AtomicBool::new(false),
             rx: Mutex::new(RxState { out: VecDeque::new() }),
             counters: Counters::default(),
+            flusher: Mutex::new(None),
         });
-        Ok(Channel { shared, default_queue, linger: options.linger, flusher: Mutex::new(None) })
+        Ok(Channel { shared, default_queue, linger: options.linger })
     }
 
     /// Bytes per transport buffer on our sending side (a message must fit one).
@@ -273,12 +309,14 @@ impl Channel {
     pub fn queue(&self, group: &str, producers: Producers) -> Result<Arc<InputQueue>> {
         self.usable()?;
         let queue = Arc::new(InputQueue::new(producers));
-        let mut tx = self.shared.tx.lock().unwrap();
-        tx.scheduler.forget_detached();
-        if tx.scheduler.add_queue(group, queue.clone()).is_none() {
-            let known: Vec<&str> = tx.scheduler.group_names().collect();
-            return Err(Error::InvalidOption(format!("no priority group {group:?} (this channel has {known:?})")));
-        }
+        self.shared.with_tx(|tx| {
+            tx.scheduler.forget_detached();
+            if tx.scheduler.add_queue(group, queue.clone()).is_none() {
+                let known: Vec<&str> = tx.scheduler.group_names().collect();
+                return Err(Error::InvalidOption(format!("no priority group {group:?} (this channel has {known:?})")));
+            }
+            Ok(())
+        })?;
         Ok(queue)
     }
 
@@ -288,7 +326,7 @@ impl Channel {
             return Err(PostError { error, message });
         }
         self.enqueue(queue, message, deadline)?;
-        self.pump().map_err(|error| PostError { error, message: Message::default() })
+        self.shared.pump().map_err(|error| PostError { error, message: Message::default() })
     }
 
     /// Posts to the default queue (bounded by `send_hwm`): waits only while that queue is full, which
@@ -309,11 +347,11 @@ impl Channel {
                 if full.error != Error::QueueFull {
                     return Err((full.error, n));
                 }
-                self.pump().map_err(|e| (e, n))?;
+                self.shared.pump().map_err(|e| (e, n))?;
                 self.enqueue(&self.default_queue, full.message, deadline).map_err(|e| (e.error, n))?;
             }
         }
-        self.pump().map_err(|e| (e, 0))
+        self.shared.pump().map_err(|e| (e, 0))
     }
 
     fn enqueue(&self, queue: &InputQueue, message: Message, deadline: Deadline) -> Result<(), PostError> {
@@ -325,55 +363,6 @@ impl Channel {
         })
     }
 
-    /// Runs the encoder if no one else is; otherwise leaves a note for whoever is.
-    fn pump(&self) -> Result<()> {
-        let shared = &self.shared;
-        loop {
-            let mut tx = match shared.tx.try_lock() {
-                Ok(tx) => tx,
-                Err(_) => {
-                    shared.pending.store(true, SeqCst);
-                    // The holder may have let go before seeing the note: try once more.
-                    match shared.tx.try_lock() {
-                        Ok(tx) => tx,
-                        Err(_) => return Ok(()),
-                    }
-                }
-            };
-            shared.pending.store(false, SeqCst);
-            let backlogged = match shared.drain(&mut tx, Some(Instant::now())) {
-                Ok(b) => b,
-                Err(e) => {
-                    shared.fail(&e);
-                    return Err(e);
-                }
-            };
-            drop(tx);
-            if backlogged {
-                shared.counters.buffer_waits.fetch_add(1, Relaxed);
-                self.start_flusher();
-                shared.ring_flusher();
-                return Ok(());
-            }
-            if !shared.pending.load(SeqCst) {
-                return Ok(());
-            }
-        }
-    }
-
-    fn start_flusher(&self) {
-        let mut flusher = self.flusher.lock().unwrap();
-        if flusher.is_none() && !self.shared.stop.load(Acquire) {
-            let shared = self.shared.clone();
-            let handle = std::thread::Builder::new()
-                .name("lwmq-flusher".into())
-                .stack_size(256 * 1024)
-                .spawn(move || shared.flusher())
-                .expect("spawning the flusher thread");
-            *flusher = Some(handle);
-        }
-    }
-
     /// Lends a transport buffer for a one-frame message of up to `nbytes` written in place (zero-copy
     /// send). Messages this channel already queued are shipped first, so one thread's order holds.
     pub fn loan(&self, nbytes: usize, deadline: Deadline) -> Result<Loan> {
@@ -382,8 +371,7 @@ impl Channel {
         if nbytes > wire::max_loan(shared.buffer_size) {
             return Err(Error::MessageTooLarge { size: nbytes + wire::LOAN_OFFSET - wire::HEADER_LEN, max: self.max_message_size() });
         }
-        let mut tx = shared.tx.lock().unwrap();
-        shared.pending.store(false, SeqCst);
+        let mut tx = shared.tx.lock();
         match shared.drain(&mut tx, deadline) {
             Ok(false) => {}
             Ok(true) => return Err(Error::Timeout("queued messages still waiting for buffers".into())),
@@ -393,10 +381,14 @@ impl Channel {
             }
         }
         let buf = match tx.spare.pop() {
-            Some(buf) => buf,
-            None => shared.link.acquire(deadline)?,
+            Some(buf) => Ok(buf),
+            None => shared.link.acquire(deadline),
         };
-        Ok(Loan { shared: shared.clone(), buf: Some(buf), len: nbytes })
+        drop(tx);
+        if shared.tx.must_rerun() {
+            shared.pump()?; // someone posted while we held the encoder
+        }
+        Ok(Loan { shared: shared.clone(), buf: Some(buf?), len: nbytes })
     }
 
     /// The next message, waiting until `deadline`.
@@ -504,14 +496,11 @@ impl Channel {
             return;
         }
         shared.stop.store(true, Release);
-        {
-            let _doorbell = shared.doorbell.lock().unwrap();
-            shared.backlog_rung.notify_all();
-        }
-        if let Some(handle) = self.flusher.lock().unwrap().take() {
+        shared.doorbell.notify();
+        if let Some(handle) = shared.flusher.lock().unwrap().take() {
             let _ = handle.join();
         }
-        let mut tx = shared.tx.lock().unwrap();
+        let mut tx = shared.tx.lock();
         tx.scheduler.close_all();
         let deadline = Instant::now() + linger.unwrap_or(self.linger);
         while shared.failed().is_none() {
@@ -572,7 +561,7 @@ impl Drop for Loan {
     fn drop(&mut self) {
         // Not shipped: the buffer goes back to the encoder for the next messages.
         if let Some(buf) = self.buf.take() {
-            self.shared.tx.lock().unwrap().spare.push(buf);
+            self.shared.with_tx(|tx| tx.spare.push(buf));
         }
     }
 }

@@ -32,7 +32,7 @@ fn lone_message_ships_at_once() {
     // Shipped by the send call itself: nothing is left queued and no thread had to run.
     let s = a.stats();
     assert_eq!((s.messages_sent, s.buffers_sent, s.queued), (1, 1, 0));
-    assert!(a.flusher.lock().unwrap().is_none(), "no flusher thread when a buffer was free");
+    assert!(a.shared.flusher.lock().unwrap().is_none(), "no flusher thread when a buffer was free");
     assert_eq!(val(&b.recv(soon()).unwrap()), 7);
 }
 

@@ -6,9 +6,9 @@
 
 use crate::error::Error;
 use crate::message::Message;
+use crate::sync::Parker;
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,10 +21,8 @@ enum Store {
     Unbounded(SegQueue<Message>),
     Bounded {
         items: ArrayQueue<Message>,
-        /// Posters waiting for room park here; the consumer wakes them only when `parked` is non-zero.
-        room: Mutex<()>,
-        space: Condvar,
-        parked: AtomicUsize,
+        /// Posters waiting for room park here; the consumer wakes them only if one is parked.
+        room: Parker,
     },
 }
 
@@ -47,12 +45,7 @@ impl InputQueue {
     pub fn new(producers: Producers) -> Self {
         let store = match producers {
             Producers::One => Store::Unbounded(SegQueue::new()),
-            Producers::Many { capacity } => Store::Bounded {
-                items: ArrayQueue::new(capacity.max(1)),
-                room: Mutex::new(()),
-                space: Condvar::new(),
-                parked: AtomicUsize::new(0),
-            },
+            Producers::Many { capacity } => Store::Bounded { items: ArrayQueue::new(capacity.max(1)), room: Parker::default() },
         };
         InputQueue { store, len: AtomicUsize::new(0), closed: AtomicBool::new(false), detached: AtomicBool::new(false) }
     }
@@ -72,38 +65,20 @@ impl InputQueue {
         }
         match &self.store {
             Store::Unbounded(q) => q.push(message),
-            Store::Bounded { items, room, space, parked } => {
-                let mut message = match items.push(message) {
-                    Ok(()) => {
-                        self.len.fetch_add(1, Ordering::AcqRel);
-                        return Ok(());
+            Store::Bounded { items, room } => {
+                let mut pending = Some(message);
+                let outcome = room.wait_until(deadline, || match items.push(pending.take().expect("message")) {
+                    Ok(()) => Some(Ok(())),
+                    Err(m) if self.closed.load(Ordering::Acquire) => Some(Err(PostError { error: Error::ChannelClosed, message: m })),
+                    Err(m) => {
+                        pending = Some(m);
+                        None
                     }
-                    Err(m) => m,
-                };
-                // Full: park. Registering in `parked` (SeqCst) before the retry pairs with the consumer's
-                // SeqCst load after its pop, so either the retry finds room or the consumer wakes us.
-                let mut guard = room.lock().unwrap();
-                parked.fetch_add(1, Ordering::SeqCst);
-                let result = loop {
-                    match items.push(message) {
-                        Ok(()) => break Ok(()),
-                        Err(m) => message = m,
-                    }
-                    if self.closed.load(Ordering::Acquire) {
-                        break Err(PostError { error: Error::ChannelClosed, message });
-                    }
-                    let timeout = match deadline {
-                        None => std::time::Duration::from_millis(100),
-                        Some(d) => match d.checked_duration_since(Instant::now()) {
-                            Some(t) if !t.is_zero() => t.min(std::time::Duration::from_millis(100)),
-                            _ => break Err(PostError { error: Error::QueueFull, message }),
-                        },
-                    };
-                    guard = space.wait_timeout(guard, timeout).unwrap().0;
-                };
-                parked.fetch_sub(1, Ordering::SeqCst);
-                drop(guard);
-                result?;
+                });
+                match outcome {
+                    Some(r) => r?,
+                    None => return Err(PostError { error: Error::QueueFull, message: pending.expect("message") }),
+                }
             }
         }
         self.len.fetch_add(1, Ordering::AcqRel);
@@ -114,11 +89,10 @@ impl InputQueue {
     pub fn pop(&self) -> Option<Message> {
         let message = match &self.store {
             Store::Unbounded(q) => q.pop(),
-            Store::Bounded { items, room, space, parked } => {
+            Store::Bounded { items, room } => {
                 let m = items.pop();
-                if m.is_some() && parked.load(Ordering::SeqCst) != 0 {
-                    let _room = room.lock().unwrap();
-                    space.notify_one();
+                if m.is_some() {
+                    room.notify();
                 }
                 m
             }
@@ -130,9 +104,8 @@ impl InputQueue {
     /// Refuses further posts and wakes posters blocked on a full queue.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        if let Store::Bounded { room, space, .. } = &self.store {
-            let _room = room.lock().unwrap();
-            space.notify_all();
+        if let Store::Bounded { room, .. } = &self.store {
+            room.notify();
         }
     }
 
