@@ -37,6 +37,16 @@ def closer() -> Iterator[Callable]:
         obj.close()
 
 
+def install_entry_point(tmp_path, monkeypatch, line: str) -> None:
+    """Installs a provider through a real entry point of the lwmq.transports group (a dist-info on
+    sys.path), as a package would; lwmq.providers.reload() makes lwmq see it."""
+    dist = tmp_path / "lwmq_test_provider-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lwmq-test-provider\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[lwmq.transports]\n{line}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
 PEERS = os.path.join(os.path.dirname(__file__), "peers.py")
 
 

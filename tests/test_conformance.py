@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import textwrap
 import threading
 
 import pytest
 
 import lwmq
 import lwmq.providers
+from conftest import install_entry_point
 
 _n = itertools.count()
 
@@ -21,14 +21,7 @@ def _inproc() -> str:
 
 
 def _install_counting_filter(tmp_path, monkeypatch):
-    dist = tmp_path / "conformance_filter-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: conformance-filter\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(textwrap.dedent("""
-        [lwmq.transports]
-        counted-inproc = lwmq.filters:CountingFilter
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    install_entry_point(tmp_path, monkeypatch, "counted-inproc = lwmq.filters:CountingFilter")
 
 
 def _ipc() -> str:

@@ -1,11 +1,10 @@
 """The transport registry: built-ins, entry-point providers taking priority, URI errors."""
 
-import textwrap
-
 import pytest
 
 import lwmq
 import lwmq.providers
+from conftest import install_entry_point
 
 
 def test_builtin_inproc_is_listed():
@@ -29,15 +28,8 @@ def test_unknown_scheme_raises_unsupported_scheme():
 
 @pytest.fixture
 def counting_entry_point(tmp_path, monkeypatch):
-    """Installs lwmq.filters.CountingFilter for inproc:// through a real entry point (a dist-info)."""
-    dist = tmp_path / "lwmq_counting_filter-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lwmq-counting-filter\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(textwrap.dedent("""
-        [lwmq.transports]
-        counted-inproc = lwmq.filters:CountingFilter
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """Installs lwmq.filters.CountingFilter for inproc:// through a real entry point."""
+    install_entry_point(tmp_path, monkeypatch, "counted-inproc = lwmq.filters:CountingFilter")
     lwmq.providers.reload()
     yield
     monkeypatch.undo()

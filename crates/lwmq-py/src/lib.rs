@@ -2,6 +2,7 @@
 //! errors.rs. Python-level API (providers from entry points, async, CLI) lives in python/lwmq.
 
 mod blocking;
+mod buffer;
 mod channel;
 mod errors;
 mod links;

@@ -130,12 +130,7 @@ impl TxBuffer {
         };
         // SAFETY: the transport buffer stays mapped while this object lives (it keeps its RawLink, which keeps
         // the segment), and is ours to write until shipped; ship refuses while views are exported.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), buf.as_slice().as_ptr() as *mut _, buf.capacity() as ffi::Py_ssize_t, 0, flags)
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
+        unsafe { crate::buffer::export(slf.as_any(), view, buf.as_slice().as_ptr(), buf.capacity(), false, flags)? };
         me.exports.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -256,11 +251,7 @@ impl SegmentView {
         let me = slf.get();
         // SAFETY: the mapping lives as long as the link this object holds; concurrent writes by design
         // only corrupt the channel's data, which the engine treats as hostile input.
-        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut _, me.len as ffi::Py_ssize_t, 0, flags) };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
+        unsafe { crate::buffer::export(slf.as_any(), view, me.ptr as *const u8, me.len, false, flags) }
     }
 }
 

@@ -60,10 +60,7 @@ impl Loan {
         }
         // SAFETY: the lent transport buffer is ours to write until shipped, which `ship` refuses while any
         // view is exported; it stays mapped while the loan (holding the channel's link) lives.
-        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut _, me.len as ffi::Py_ssize_t, 0, flags) };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
+        unsafe { crate::buffer::export(slf.as_any(), view, me.ptr as *const u8, me.len, false, flags)? };
         me.exports.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use lwmq_core::message::Message as CoreMessage;
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -96,19 +96,9 @@ impl Frame {
 
     /// Read-only buffer protocol: memoryview(frame), numpy.frombuffer(frame), bytes(frame).
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("a Frame is read-only"));
-        }
         let data = &slf.get().data;
-        // SAFETY: the buffer points into `data`, which lives as long as the Frame; PyBuffer_FillInfo takes
-        // a reference to the Frame (view->obj), so the memory outlives every view. Read-only (readonly=1).
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut _, data.len() as ffi::Py_ssize_t, 1, flags)
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
+        // SAFETY: `data` lives as long as the Frame, which the view keeps alive; exported read-only.
+        unsafe { crate::buffer::export(slf.as_any(), view, data.as_ptr(), data.len(), true, flags) }
     }
 }
 
