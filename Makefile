@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deps-stamp
 SRC    := $(shell find crates python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null)
 
-.PHONY: demo test build test-rust test-python loom stubtest clean
+.PHONY: demo test build test-rust test-python loom stubtest lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,13 @@ build: $(VENV)/.build-stamp
 demo: build
 	$(PY) -m lwmq demo
 
-test: build test-rust loom stubtest test-python
+test: build lint test-rust loom stubtest test-python
 
 test-rust:
 	cargo test -p lwmq-core --quiet
+
+lint:
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # Model-checks the lock-free ring and wake-up protocol (separate target dir: --cfg loom rebuilds everything).
 loom:

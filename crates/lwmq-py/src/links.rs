@@ -4,6 +4,7 @@
 //!   queuing layer runs unchanged over a transport written in Python;
 //! - `RawLink` / `RawListener`: a built-in transport's link exposed to Python at the buffer level, so a
 //!   Python provider can wrap (filter) a built-in one.
+//!
 //! A Python link runs its code under the GIL: that is the price of writing a transport in Python.
 
 use crate::blocking::{self, deadline};

@@ -141,7 +141,7 @@ impl Shared {
                     Err(e) => return Err(e),
                 },
             };
-            let Some(first) = tx.carry.take().or_else(|| tx.scheduler.next()) else {
+            let Some(first) = tx.carry.take().or_else(|| tx.scheduler.next_message()) else {
                 tx.spare.push(buf);
                 return Ok(false);
             };
@@ -149,7 +149,7 @@ impl Shared {
             let mut bytes = first.nbytes();
             let fitted = writer.push(&first);
             debug_assert!(fitted, "post checks that every message fits an empty buffer");
-            while let Some(next) = tx.scheduler.next() {
+            while let Some(next) = tx.scheduler.next_message() {
                 if !writer.push(&next) {
                     tx.carry = Some(next);
                     break;

@@ -2,6 +2,7 @@
 //! - `Producers::One`: one producer thread, unbounded, lock-free (crossbeam's SegQueue).
 //! - `Producers::Many`: any number of threads, bounded by `capacity`, lock-free (crossbeam's ArrayQueue);
 //!   `post` blocks (with a timeout) while full and fails with `QueueFull`, handing the message back.
+//!
 //! Neither side makes a system call unless a poster actually has to wait for room.
 
 use crate::error::Error;

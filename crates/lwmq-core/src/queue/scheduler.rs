@@ -65,7 +65,7 @@ impl Scheduler {
     }
 
     /// The next message to encode, or `None` when every queue is empty.
-    pub fn next(&mut self) -> Option<Message> {
+    pub fn next_message(&mut self) -> Option<Message> {
         loop {
             let mut total = 0;
             let mut best: Option<usize> = None;
@@ -131,7 +131,7 @@ mod tests {
         }
         let mut counts = [0usize; 3];
         for _ in 0..1300 {
-            counts[s.next().unwrap().frames()[0][0] as usize] += 1;
+            counts[s.next_message().unwrap().frames()[0][0] as usize] += 1;
         }
         assert_eq!(counts, [800, 400, 100]);
     }
@@ -147,7 +147,7 @@ mod tests {
                 q
             })
             .collect();
-        let picks: Vec<(u8, u32)> = std::iter::from_fn(|| s.next())
+        let picks: Vec<(u8, u32)> = std::iter::from_fn(|| s.next_message())
             .map(|m| (m.frames()[0][0], u32::from_le_bytes(m.frames()[0][1..5].try_into().unwrap())))
             .collect();
         assert_eq!(picks.len(), 15);
@@ -168,10 +168,10 @@ mod tests {
         s.add_queue("low", low.clone()).unwrap();
         (0..100).for_each(|i| low.post(tagged(1, i), None).unwrap());
         for _ in 0..50 {
-            s.next().unwrap();
+            s.next_message().unwrap();
         }
         (0..100).for_each(|i| high.post(tagged(0, i), None).unwrap());
-        let first9: Vec<u8> = (0..9).map(|_| s.next().unwrap().frames()[0][0]).collect();
+        let first9: Vec<u8> = (0..9).map(|_| s.next_message().unwrap().frames()[0][0]).collect();
         assert_eq!(first9.iter().filter(|t| **t == 0).count(), 8);
     }
 
@@ -182,7 +182,7 @@ mod tests {
         q.post(tagged(0, 0), None).unwrap();
         s.add_queue("normal", q.clone()).unwrap();
         q.detach();
-        assert!(s.next().is_some(), "a detached queue still delivers what it holds");
+        assert!(s.next_message().is_some(), "a detached queue still delivers what it holds");
         s.forget_detached();
         assert_eq!(s.groups[0].queues.len(), 0);
         assert!(s.add_queue("nope", q).is_none());

@@ -4,9 +4,9 @@
 //!
 //! Ordering pairs (both ends marked):
 //! - P1: producer RELEASE store of `head` in `push`  ⟷  consumer ACQUIRE load of `head` in `pop`
-//!       (the slot, and anything written before the push, e.g. a buffer's bytes, is visible).
+//!   (the slot, and anything written before the push, e.g. a buffer's bytes, is visible).
 //! - P2: consumer RELEASE store of `tail` in `pop`   ⟷  producer ACQUIRE load of `tail` in `push`
-//!       (the consumer has finished reading the slot before the producer reuses it).
+//!   (the consumer has finished reading the slot before the producer reuses it).
 
 use super::super::sync::{AtomicU32, AtomicU64};
 use crossbeam_utils::CachePadded;

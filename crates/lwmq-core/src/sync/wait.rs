@@ -4,6 +4,7 @@
 //! Protocol (model-checked in tests/loom.rs):
 //! - waiter: read `seq`; register in `waiters`; SeqCst fence; re-check the condition; futex-wait on `seq`.
 //! - notifier: publish its change; SeqCst fence; if `waiters != 0`, bump `seq` and FUTEX_WAKE.
+//!
 //! The two SeqCst fences order "publish, then read waiters" against "register, then re-check", so either
 //! the notifier sees the waiter or the waiter sees the change (no lost wake-up). If the notifier bumps `seq`
 //! between the waiter's read and its sleep, FUTEX_WAIT returns at once because the value differs.
@@ -73,7 +74,7 @@ impl WaitWord {
         let start = Instant::now();
         let mut spins: u32 = 0;
         loop {
-            let now = if spins % 64 == 0 { Some(Instant::now()) } else { None };
+            let now = if spins.is_multiple_of(64) { Some(Instant::now()) } else { None };
             if let Some(now) = now {
                 if deadline.is_some_and(|d| now >= d) {
                     return ready();
@@ -81,7 +82,7 @@ impl WaitWord {
                 if !policy.busy_poll && now.duration_since(start) >= policy.spin {
                     break;
                 }
-                if policy.busy_poll && spins % 4096 == 0 && spins > 0 {
+                if policy.busy_poll && spins.is_multiple_of(4096) && spins > 0 {
                     std::thread::yield_now();
                 }
             }

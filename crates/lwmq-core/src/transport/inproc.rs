@@ -23,9 +23,11 @@ struct Backlog {
     closed: AtomicBool,
 }
 
+type Names = (Mutex<HashMap<String, Arc<Backlog>>>, Condvar);
+
 /// Bound names, and a condvar that connectors wait on until a listener appears.
-fn names() -> &'static (Mutex<HashMap<String, Arc<Backlog>>>, Condvar) {
-    static NAMES: OnceLock<(Mutex<HashMap<String, Arc<Backlog>>>, Condvar)> = OnceLock::new();
+fn names() -> &'static Names {
+    static NAMES: OnceLock<Names> = OnceLock::new();
     NAMES.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()))
 }
 
