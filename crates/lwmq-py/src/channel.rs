@@ -2,7 +2,7 @@
 
 use crate::blocking::{self, deadline};
 use crate::errors::{to_py, with_message};
-use crate::message::{message_from, Message};
+use crate::message::{Borrowed, Message};
 use crate::queue::Queue;
 use lwmq_core::channel::Channel as CoreChannel;
 use lwmq_core::queue::input::Producers;
@@ -31,7 +31,12 @@ impl Channel {
     /// `send_hwm` messages are already queued because the transport has no free buffer.
     #[pyo3(signature = (message, timeout=None))]
     fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
-        let msg = message_from(message)?;
+        // Straight into a free transport buffer when nothing is queued ahead: one copy, no allocation.
+        let borrowed = Borrowed::new(message)?;
+        if self.inner.send_direct(&[&borrowed.slices()[..]]).map_err(to_py)? == 1 {
+            return Ok(());
+        }
+        let msg = borrowed.into_message();
         // First try without releasing the GIL: it only waits when the default queue is full.
         let mut pending = match self.inner.send(msg, Some(Instant::now())) {
             Ok(()) => return Ok(()),
@@ -65,12 +70,22 @@ impl Channel {
     /// Sends many messages, clubbed into as few transport buffers as they fit.
     #[pyo3(signature = (messages, timeout=None))]
     fn send_many(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
-        let msgs = messages.try_iter()?.map(|m| message_from(&m?)).collect::<PyResult<Vec<_>>>()?;
+        let borrowed = messages.try_iter()?.map(|m| Borrowed::new(&m?)).collect::<PyResult<Vec<_>>>()?;
+        let slices: Vec<Vec<&[u8]>> = borrowed.iter().map(Borrowed::slices).collect();
+        let refs: Vec<&[&[u8]]> = slices.iter().map(|m| &m[..]).collect();
+        // As many as free buffers take now go straight in; the rest are copied and queued, in order.
+        let direct = self.inner.send_direct(&refs).map_err(to_py)?;
+        drop(refs);
+        drop(slices);
+        let rest: Vec<_> = borrowed.into_iter().skip(direct).map(Borrowed::into_message).collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
         let deadline = deadline(timeout)?;
         let inner = &self.inner;
-        py.allow_threads(|| inner.send_many(msgs, deadline)).map_err(|(e, sent)| {
+        py.allow_threads(|| inner.send_many(rest, deadline)).map_err(|(e, sent)| {
             let err = to_py(if e == Error::QueueFull { Error::Timeout("send queue full".into()) } else { e });
-            let _ = err.value(py).setattr("sent", sent);
+            let _ = err.value(py).setattr("sent", direct + sent);
             err
         })
     }

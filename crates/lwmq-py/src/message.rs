@@ -40,6 +40,82 @@ pub fn frame_from(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     }
 }
 
+/// A frame borrowed through the buffer protocol: no copy; released when dropped (with the GIL held,
+/// as it is wherever these live: inside one binding call).
+pub struct View(ffi::Py_buffer);
+
+impl View {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<View> {
+        if obj.is_instance_of::<pyo3::types::PyString>() {
+            return Err(PyTypeError::new_err("a frame is bytes-like, not str: encode it first"));
+        }
+        let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+        // SAFETY: on success PyObject_GetBuffer fills `view`, released exactly once in Drop.
+        unsafe {
+            if ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS) != 0 {
+                let err = PyErr::fetch(obj.py());
+                return Err(PyTypeError::new_err(format!(
+                    "a frame must be a contiguous bytes-like object, not {}: {err}",
+                    obj.get_type().name()?
+                )));
+            }
+            Ok(View(view.assume_init()))
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the exporter keeps `buf..buf+len` valid until the view is released (Drop).
+        unsafe { std::slice::from_raw_parts(self.0.buf as *const u8, self.0.len as usize) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: a view obtained by PyObject_GetBuffer, released once; the GIL is held (see type doc).
+        unsafe { ffi::PyBuffer_Release(&mut self.0) }
+    }
+}
+
+/// What `send` accepts, with its frames borrowed rather than copied.
+pub enum Borrowed {
+    Message(CoreMessage),
+    Views(Vec<View>),
+}
+
+impl Borrowed {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Borrowed> {
+        if let Ok(m) = obj.downcast::<Message>() {
+            return Ok(Borrowed::Message(m.get().inner.clone()));
+        }
+        if let Ok(f) = obj.downcast::<Frame>() {
+            return Ok(Borrowed::Message(CoreMessage::new(vec![f.get().data.clone()])));
+        }
+        if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+            let views = obj.try_iter()?.map(|f| View::new(&f?)).collect::<PyResult<Vec<_>>>()?;
+            if views.is_empty() {
+                return Err(pyo3::exceptions::PyValueError::new_err("a message needs at least one frame"));
+            }
+            return Ok(Borrowed::Views(views));
+        }
+        Ok(Borrowed::Views(vec![View::new(obj)?]))
+    }
+
+    pub fn slices(&self) -> Vec<&[u8]> {
+        match self {
+            Borrowed::Message(m) => m.frames().iter().map(|f| &f[..]).collect(),
+            Borrowed::Views(v) => v.iter().map(View::as_slice).collect(),
+        }
+    }
+
+    /// An owned message (copying borrowed frames), for the queued path.
+    pub fn into_message(self) -> CoreMessage {
+        match self {
+            Borrowed::Message(m) => m,
+            Borrowed::Views(v) => CoreMessage::new(v.iter().map(|f| Bytes::copy_from_slice(f.as_slice())).collect()),
+        }
+    }
+}
+
 /// A message from what `send` accepts: a Message, one bytes-like object, or a list/tuple of them.
 pub fn message_from(obj: &Bound<'_, PyAny>) -> PyResult<CoreMessage> {
     if let Ok(m) = obj.downcast::<Message>() {

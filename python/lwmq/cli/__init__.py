@@ -19,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--size", type=int, default=64, help="message size in bytes")
     demo.add_argument("--round-trips", type=int, default=20_000, help="round trips for the latency run")
 
+    bench = sub.add_parser("bench", help="measure lwmq and its peers (pyzmq, iceoryx2, pipes, sockets) in one run")
+    bench.add_argument("--quick", action="store_true", help="fewer messages, one repetition (under 2 minutes)")
+    bench.add_argument("--repetitions", type=int, help="runs per case (default: 3, quick: 1)")
+    bench.add_argument("--out", default="benchmarks/results", help="folder for the JSON and the plots")
+    bench.add_argument("--only", action="append", help="only contenders whose name contains this (repeatable)")
+
     sub.add_parser("transports", help="list the transports lwmq can use")
 
     send = sub.add_parser("send", help="send each line of standard input (or --message) as a message")
@@ -36,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import run
 
         return run(args.url, args.messages, args.size, args.round_trips)
+    if args.command == "bench":
+        from ..bench import main as bench_main
+
+        return bench_main(args.quick, args.repetitions, args.out, args.only)
     if args.command == "transports":
         from .tools import show_transports
 

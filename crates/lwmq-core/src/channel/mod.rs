@@ -363,6 +363,59 @@ impl Channel {
         })
     }
 
+    /// Sends messages given as borrowed frames straight into free transport buffers, without building
+    /// Messages first (one copy instead of two, no allocation), as long as nothing is queued ahead of
+    /// them and a buffer is free now. Returns how many of `messages` were sent; the caller posts the rest
+    /// the usual way. Every message is checked first, so none is sent if one is too large.
+    pub fn send_direct<F: AsRef<[u8]>>(&self, messages: &[&[F]]) -> Result<usize> {
+        self.usable()?;
+        let shared = &self.shared;
+        for m in messages {
+            wire::check_frames(m, shared.buffer_size)?;
+        }
+        let Some(mut tx) = shared.tx.try_enter() else { return Ok(0) };
+        let mut sent = 0;
+        let mut outcome = Ok(());
+        if tx.carry.is_none() && tx.scheduler.queued() == 0 {
+            while sent < messages.len() {
+                let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(Some(Instant::now()))) {
+                    Ok(buf) => buf,
+                    Err(Error::Timeout(_)) => break,
+                    Err(e) => {
+                        outcome = Err(e);
+                        break;
+                    }
+                };
+                let mut writer = BufferWriter::new(buf.as_mut_slice());
+                let mut bytes = 0;
+                while sent < messages.len() && writer.push_frames(messages[sent]) {
+                    bytes += messages[sent].iter().map(|f| f.as_ref().len()).sum::<usize>();
+                    sent += 1;
+                }
+                let clubbed = writer.message_count() as u64;
+                let len = writer.finish();
+                let c = &shared.counters;
+                c.messages_sent.fetch_add(clubbed, Relaxed);
+                c.bytes_sent.fetch_add(bytes as u64, Relaxed);
+                c.buffers_sent.fetch_add(1, Relaxed);
+                c.max_clubbed.fetch_max(clubbed, Relaxed);
+                if let Err(e) = shared.link.ship(buf, len) {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        if let Err(e) = outcome {
+            shared.fail(&e);
+            return Err(e);
+        }
+        if shared.tx.must_rerun() {
+            shared.pump()?;
+        }
+        Ok(sent)
+    }
+
     /// Lends a transport buffer for a one-frame message of up to `nbytes` written in place (zero-copy
     /// send). Messages this channel already queued are shipped first, so one thread's order holds.
     pub fn loan(&self, nbytes: usize, deadline: Deadline) -> Result<Loan> {
@@ -424,7 +477,9 @@ impl Channel {
                 Err(e) => return Err(e),
             }
         }
-        while rx.out.len() < max {
+        // Take more buffers only while the application holds less than half the pool: past that, the
+        // caller gets what is there rather than copies (see `fill`).
+        while rx.out.len() < max && !self.shared.link.receive_pool_pressed() {
             match self.fill(&mut rx, Some(Instant::now())) {
                 Ok(()) => {}
                 Err(Error::Timeout(_) | Error::PeerGone(_)) => break,

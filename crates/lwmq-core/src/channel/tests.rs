@@ -164,6 +164,27 @@ fn a_loan_ships_in_place_after_what_was_queued() {
 }
 
 #[test]
+fn direct_sends_club_and_stop_when_no_buffer_is_free() {
+    let (a, b) = pair(Options { buffer_size: Some(256), send_buffers: Some(2), ..Options::default() });
+    let payloads: Vec<[u8; 4]> = (0..100u32).map(|i| i.to_le_bytes()).collect();
+    let messages: Vec<[&[u8]; 1]> = payloads.iter().map(|p| [&p[..]]).collect();
+    let refs: Vec<&[&[u8]]> = messages.iter().map(|m| &m[..]).collect();
+    let sent = a.send_direct(&refs).unwrap();
+    assert!(sent > 2 && sent < 100, "two buffers' worth went direct: {sent}");
+    assert_eq!(a.stats().buffers_sent, 2);
+    for i in 0..sent as u32 {
+        assert_eq!(val(&b.recv(soon()).unwrap()), i);
+    }
+    // Something queued ahead: the direct path steps aside so order holds.
+    let (c, _d) = pair(Options { buffer_size: Some(256), send_buffers: Some(1), ..Options::default() });
+    c.send(num(1), soon()).unwrap();
+    c.send(num(2), soon()).unwrap(); // no buffer: queued
+    assert_eq!(c.send_direct(&refs[..1]).unwrap(), 0);
+    let too_big = [vec![0u8; 1000]];
+    assert!(matches!(a.send_direct(&[&too_big[..]]), Err(Error::MessageTooLarge { .. })));
+}
+
+#[test]
 fn unknown_group_is_an_invalid_option() {
     let (a, _b) = pair(Options::default());
     assert!(matches!(a.queue("urgent", Producers::One), Err(Error::InvalidOption(_))));

@@ -28,7 +28,12 @@ fn align8(n: usize) -> usize {
 
 /// Bytes a message takes inside a buffer (its record, frames and padding).
 pub fn encoded_len(msg: &Message) -> usize {
-    MESSAGE_HEADER_LEN + msg.frames().iter().map(|f| FRAME_HEADER_LEN + align8(f.len())).sum::<usize>()
+    encoded_len_of(msg.frames())
+}
+
+/// `encoded_len` for frames given as slices (a message not built yet: the direct send path).
+pub fn encoded_len_of<F: AsRef<[u8]>>(frames: &[F]) -> usize {
+    MESSAGE_HEADER_LEN + frames.iter().map(|f| FRAME_HEADER_LEN + align8(f.as_ref().len())).sum::<usize>()
 }
 
 /// The largest message record a buffer of `buffer_size` bytes can carry.
@@ -38,12 +43,17 @@ pub fn max_message_len(buffer_size: usize) -> usize {
 
 /// Checks at post time that a message can be shipped at all: no partial message is ever sent.
 pub fn check_postable(msg: &Message, buffer_size: usize) -> Result<usize> {
-    if msg.is_empty() {
+    check_frames(msg.frames(), buffer_size)
+}
+
+/// `check_postable` for frames given as slices.
+pub fn check_frames<F: AsRef<[u8]>>(frames: &[F], buffer_size: usize) -> Result<usize> {
+    if frames.is_empty() {
         return Err(Error::InvalidOption("a message needs at least one frame".into()));
     }
-    let size = encoded_len(msg);
+    let size = encoded_len_of(frames);
     let max = max_message_len(buffer_size);
-    if size > max || msg.frames().iter().any(|f| f.len() > u32::MAX as usize) {
+    if size > max || frames.iter().any(|f| f.as_ref().len() > u32::MAX as usize) {
         return Err(Error::MessageTooLarge { size, max });
     }
     Ok(size)
@@ -81,14 +91,20 @@ impl<'a> BufferWriter<'a> {
 
     /// Appends `msg` if it fits; the caller has checked it with `check_postable`.
     pub fn push(&mut self, msg: &Message) -> bool {
-        let need = encoded_len(msg);
-        if need > self.remaining() || msg.is_empty() {
+        self.push_frames(msg.frames())
+    }
+
+    /// Appends a message given as frames (of any byte container) if it fits.
+    pub fn push_frames<F: AsRef<[u8]>>(&mut self, frames: &[F]) -> bool {
+        let need = encoded_len_of(frames);
+        if need > self.remaining() || frames.is_empty() {
             return false;
         }
-        put_u32(self.buf, self.pos, msg.len() as u32);
+        put_u32(self.buf, self.pos, frames.len() as u32);
         put_u32(self.buf, self.pos + 4, 0);
         let mut at = self.pos + MESSAGE_HEADER_LEN;
-        for frame in msg.frames() {
+        for frame in frames {
+            let frame = frame.as_ref();
             put_u32(self.buf, at, frame.len() as u32);
             put_u32(self.buf, at + 4, 0);
             at += FRAME_HEADER_LEN;

@@ -1,0 +1,179 @@
+"""Runs every contender in two separate processes, the same way, in one run; repeats; keeps medians."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import multiprocessing
+import os
+import platform
+import queue as queue_module
+import socket
+import statistics
+import time
+from typing import Any
+
+from .peers import CONTENDERS, Contender
+
+SIZES = (16, 256, 4096, 65536, 1 << 20)
+LATENCY_SIZES = (16, 4096)
+# Messages per throughput run by size, for the full mode; quick mode uses a fifth.
+COUNTS = {16: 1_000_000, 256: 1_000_000, 4096: 300_000, 65536: 30_000, 1 << 20: 3_000}
+ROUND_TRIPS = 20_000
+CASE_TIMEOUT = 180.0
+_ids = itertools.count()
+
+
+def available(c: Contender) -> str | None:
+    """None if the contender can run here, else why not."""
+    if c.module and importlib.util.find_spec(c.module) is None:
+        return f"python module {c.module!r} is not installed"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _address(c: Contender) -> str:
+    tag = f"lwmq-bench-{os.getpid()}-{next(_ids)}"
+    if c.name.startswith("lwmq"):
+        return f"ipc://{tag}"
+    if "tcp" in c.name:
+        return f"tcp://127.0.0.1:{_free_port()}"
+    if "pyzmq" in c.name:
+        return f"ipc://@{tag}"  # libzmq's abstract namespace: nothing on disk
+    return tag
+
+
+def _role(name: str, kind: str, role: str, spec: dict, results: Any) -> None:
+    contender = next(c for c in CONTENDERS if c.name == name and c.kind == kind)
+    try:
+        results.put((role, "ok", getattr(contender, role)(spec)))
+    except BaseException as e:  # noqa: BLE001 - reported by the harness
+        results.put((role, "error", f"{type(e).__name__}: {e}"))
+
+
+def run_case(c: Contender, size: int, count: int, warmup: int = 1000) -> dict:
+    """One measurement: the two roles in two processes. Returns the measuring side's result."""
+    ctx = multiprocessing.get_context("spawn")
+    spec: dict[str, Any] = {
+        "size": size,
+        "count": count,
+        "warmup": warmup,
+        "address": _address(c),
+        "options": c.options,
+        "ready": ctx.Event(),
+    }
+    if "Pipe" in c.name:
+        spec["pipe"] = ctx.Pipe(duplex=True)
+    results = ctx.Queue()
+    procs = {role: ctx.Process(target=_role, args=(c.name, c.kind, role, spec, results), daemon=True) for role in ("b", "a")}
+    for p in procs.values():
+        p.start()
+    measuring = "b" if c.kind == "throughput" else "a"
+    outcome: dict[str, tuple[str, Any]] = {}
+    deadline = time.monotonic() + CASE_TIMEOUT
+    try:
+        while len(outcome) < 2:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{c.name} {size} B did not finish within {CASE_TIMEOUT:.0f} s")
+            try:
+                role, status, value = results.get(timeout=min(left, 1.0))
+            except queue_module.Empty:
+                dead = [r for r, p in procs.items() if not p.is_alive() and r not in outcome]
+                if dead and all(not p.is_alive() for p in procs.values()):
+                    raise RuntimeError(f"{c.name}: process {dead} died without a result") from None
+                continue
+            outcome[role] = (status, value)
+            if status == "error":
+                break
+    finally:
+        for p in procs.values():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+    errors = [v for s, v in outcome.values() if s == "error"]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return outcome[measuring][1]
+
+
+def memcpy_bandwidth() -> dict:
+    """The machine's copy bandwidth: the limit any copying transport runs into."""
+    import numpy as np
+
+    out = {}
+    for label, size, reps in (("1 MiB (in cache)", 1 << 20, 2000), ("64 MiB", 64 << 20, 20)):
+        src = np.ones(size, dtype=np.uint8)
+        dst = np.empty_like(src)
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(reps):
+                np.copyto(dst, src)
+            best = min(best, time.perf_counter() - t)
+        out[label] = size * reps / best / 1e9
+    return out
+
+
+def plan(quick: bool, only: list[str] | None = None) -> list[tuple[Contender, int, int]]:
+    cases = []
+    for c in CONTENDERS:
+        if only and not any(o.lower() in c.name.lower() for o in only):
+            continue
+        sizes = LATENCY_SIZES if c.kind == "latency" else (c.sizes or SIZES)
+        for size in sizes:
+            if c.kind == "latency":
+                count = ROUND_TRIPS // (5 if quick else 1)
+            else:
+                count = COUNTS[size] // (5 if quick else 1)
+            cases.append((c, size, count))
+    return cases
+
+
+def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: Any = None) -> dict:
+    cases = plan(quick, only)
+    results = []
+    skipped = {}
+    for c, size, count in cases:
+        why = available(c)
+        if why:
+            skipped[c.name] = why
+            if progress:
+                progress(c, size, None)
+            continue
+        runs, errors = [], []
+        for _ in range(repetitions):
+            try:
+                runs.append(run_case(c, size, count))
+            except Exception as e:  # noqa: BLE001 - a failed case is reported, not hidden
+                errors.append(str(e))
+            if progress:
+                progress(c, size, runs[-1] if runs else None)
+        entry = {"contender": c.name, "kind": c.kind, "size": size, "count": count, "runs": runs, "errors": errors}
+        if runs:
+            entry["median"] = {k: statistics.median(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+        results.append(entry)
+    import lwmq
+
+    return {
+        "mode": "quick" if quick else "full",
+        "repetitions": repetitions,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "lwmq": lwmq.__version__,
+            "lwmq_build": lwmq.build_profile,
+        },
+        "memcpy_gb_per_s": memcpy_bandwidth(),
+        "results": results,
+        "skipped": skipped,
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
