@@ -7,13 +7,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deps-stamp
 SRC    := $(shell find crates python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null)
 
-.PHONY: demo test build test-rust test-python loom stubtest lint clean
+.PHONY: demo test build test-rust test-python loom stubtest lint bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" \
-	    "numpy>=1.26" "mypy>=1.10" "rich>=13"
+	    "numpy>=1.26" "mypy>=1.10" "rich>=13" "matplotlib>=3.8" "pyzmq>=26"
 	touch $@
 
 # Release build by default: lwmq.build_profile tells which one is installed.
@@ -43,6 +43,18 @@ stubtest: build
 
 test-python: build
 	$(PY) -m pytest -q
+
+# Benchmarks: lwmq and its peers (pyzmq, iceoryx2, multiprocessing.Pipe, AF_UNIX SEQPACKET) in one run.
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet "pyzmq>=26" "iceoryx2==0.10.0" "matplotlib>=3.8"
+	touch $@
+
+bench: build $(BENCH_STAMP)
+	$(PY) -m lwmq bench
+
+bench-quick: build $(BENCH_STAMP)
+	$(PY) -m lwmq bench --quick
 
 clean:
 	rm -rf $(VENV) target

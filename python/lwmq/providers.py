@@ -18,7 +18,7 @@ and a link is the Transport Layer Interface itself:
     def recv(self, timeout) -> bytes-like | None      # next shipped buffer (None: timed out)
     def close(self) -> None
     peer: str                                         # optional, for messages
-    pressed: bool                                     # optional: the application holds half the receive
+    pressed: bool                                     # optional: the application holds 3/4 of the receive
                                                       # buffers (absent: taken as True, messages copied out)
 
 Raise ``lwmq.PeerGone`` when the peer left and ``lwmq.ChannelClosed`` after close; any other exception

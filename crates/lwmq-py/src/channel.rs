@@ -6,6 +6,7 @@ use crate::message::{Borrowed, Message};
 use crate::queue::Queue;
 use lwmq_core::channel::Channel as CoreChannel;
 use lwmq_core::queue::input::Producers;
+use lwmq_core::sync::no_wait;
 use lwmq_core::Error;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
@@ -38,7 +39,7 @@ impl Channel {
         }
         let msg = borrowed.into_message();
         // First try without releasing the GIL: it only waits when the default queue is full.
-        let mut pending = match self.inner.send(msg, Some(Instant::now())) {
+        let mut pending = match self.inner.send(msg, no_wait()) {
             Ok(()) => return Ok(()),
             Err(e) if e.error == Error::QueueFull && timeout != Some(0.0) => Some(e.message),
             Err(e) => {

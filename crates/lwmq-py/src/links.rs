@@ -91,8 +91,11 @@ impl Link for PyLink {
 
     /// A Python link says whether its receive pool is short (`pressed`); one that does not say is taken
     /// as pressed, so received messages are copied out and nothing can pin its buffers.
-    fn receive_pool_pressed(&self) -> bool {
-        Python::with_gil(|py| self.obj.bind(py).getattr("pressed").and_then(|p| p.extract()).unwrap_or(true))
+    fn receive_pool_use(&self) -> Option<(u32, u32)> {
+        Python::with_gil(|py| {
+            let pressed: bool = self.obj.bind(py).getattr("pressed").and_then(|p| p.extract()).ok()?;
+            Some(if pressed { (1, 1) } else { (0, 1) })
+        })
     }
 
     fn close(&self) {
@@ -227,10 +230,10 @@ impl RawLink {
         self.inner.forge_descriptor(value).map_err(to_py)
     }
 
-    /// True while the application holds half or more of this link's receive buffers.
+    /// True while the application holds three quarters or more of this link's receive buffers.
     #[getter]
     fn pressed(&self) -> bool {
-        self.inner.receive_pool_pressed()
+        self.inner.receive_pool_use().is_none_or(|(held, count)| held * 4 >= count * 3)
     }
 }
 

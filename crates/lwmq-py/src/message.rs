@@ -77,13 +77,18 @@ impl Drop for View {
 }
 
 /// What `send` accepts, with its frames borrowed rather than copied.
-pub enum Borrowed {
+pub enum Borrowed<'py> {
     Message(CoreMessage),
+    /// A single `bytes` object: immutable, borrowed without the buffer protocol.
+    Bytes(Bound<'py, pyo3::types::PyBytes>),
     Views(Vec<View>),
 }
 
-impl Borrowed {
-    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Borrowed> {
+impl<'py> Borrowed<'py> {
+    pub fn new(obj: &Bound<'py, PyAny>) -> PyResult<Borrowed<'py>> {
+        if let Ok(b) = obj.downcast_exact::<pyo3::types::PyBytes>() {
+            return Ok(Borrowed::Bytes(b.clone()));
+        }
         if let Ok(m) = obj.downcast::<Message>() {
             return Ok(Borrowed::Message(m.get().inner.clone()));
         }
@@ -103,6 +108,7 @@ impl Borrowed {
     pub fn slices(&self) -> Vec<&[u8]> {
         match self {
             Borrowed::Message(m) => m.frames().iter().map(|f| &f[..]).collect(),
+            Borrowed::Bytes(b) => vec![b.as_bytes()],
             Borrowed::Views(v) => v.iter().map(View::as_slice).collect(),
         }
     }
@@ -111,6 +117,7 @@ impl Borrowed {
     pub fn into_message(self) -> CoreMessage {
         match self {
             Borrowed::Message(m) => m,
+            Borrowed::Bytes(b) => CoreMessage::new(vec![Bytes::copy_from_slice(b.as_bytes())]),
             Borrowed::Views(v) => CoreMessage::new(v.iter().map(|f| Bytes::copy_from_slice(f.as_slice())).collect()),
         }
     }

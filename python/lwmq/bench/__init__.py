@@ -12,10 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import harness, report
 
 
-def main(quick: bool = False, repetitions: int | None = None, out: str = "benchmarks/results", only: list[str] | None = None) -> int:
+def main(
+    quick: bool = False,
+    repetitions: int | None = None,
+    out: str = "benchmarks/results",
+    only: list[str] | None = None,
+    scale: float = 1.0,
+) -> int:
     console = Console()
     reps = repetitions or (1 if quick else 3)
-    cases = harness.plan(quick, only)
+    cases = harness.plan(quick, only, scale)
     out_dir = Path(out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("benchmarking", total=len(cases) * reps)
@@ -23,9 +29,9 @@ def main(quick: bool = False, repetitions: int | None = None, out: str = "benchm
         def progress(c, size, _result):
             bar.update(task, advance=1 if _result is not None or harness.available(c) is None else reps, description=f"{c.name} {size} B")
 
-        data = harness.run(quick, reps, only, progress)
+        data = harness.run(quick, reps, only, progress, scale)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"bench-{data['mode']}.json"
+    path = out_dir / f"bench-{'quick' if quick else 'full'}.json"
     path.write_text(json.dumps(data, indent=1))
     report.print_report(data, console)
     plots = report.plot(data, out_dir)

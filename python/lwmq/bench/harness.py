@@ -13,6 +13,7 @@ import statistics
 import time
 from typing import Any
 
+from . import peers
 from .peers import CONTENDERS, Contender
 
 SIZES = (16, 256, 4096, 65536, 1 << 20)
@@ -45,27 +46,33 @@ def _address(c: Contender) -> str:
         return f"tcp://127.0.0.1:{_free_port()}"
     if "pyzmq" in c.name:
         return f"ipc://@{tag}"  # libzmq's abstract namespace: nothing on disk
+    if "iceoryx2" in c.name:
+        return f"lwmq-bench/{tag}"  # an iceoryx2 service name
     return tag
 
 
+IDLE = Contender("lwmq ipc idle", "idle", peers.lwmq_idle_connect, peers.lwmq_idle_listen, module="lwmq")
+
+
 def _role(name: str, kind: str, role: str, spec: dict, results: Any) -> None:
-    contender = next(c for c in CONTENDERS if c.name == name and c.kind == kind)
+    contender = IDLE if kind == "idle" else next(c for c in CONTENDERS if c.name == name and c.kind == kind)
     try:
         results.put((role, "ok", getattr(contender, role)(spec)))
     except BaseException as e:  # noqa: BLE001 - reported by the harness
         results.put((role, "error", f"{type(e).__name__}: {e}"))
 
 
-def run_case(c: Contender, size: int, count: int, warmup: int = 1000) -> dict:
+def run_case(c: Contender, size: int, count: int, warmup: int | None = None, both: bool = False) -> Any:
     """One measurement: the two roles in two processes. Returns the measuring side's result."""
     ctx = multiprocessing.get_context("spawn")
     spec: dict[str, Any] = {
         "size": size,
         "count": count,
-        "warmup": warmup,
+        "warmup": min(1000, count) if warmup is None else warmup,
         "address": _address(c),
         "options": c.options,
         "ready": ctx.Event(),
+        "seconds": 2.0,
     }
     if "Pipe" in c.name:
         spec["pipe"] = ctx.Pipe(duplex=True)
@@ -101,7 +108,15 @@ def run_case(c: Contender, size: int, count: int, warmup: int = 1000) -> dict:
     errors = [v for s, v in outcome.values() if s == "error"]
     if errors:
         raise RuntimeError("; ".join(errors))
+    if both:
+        return {role: value for role, (_, value) in outcome.items()}
     return outcome[measuring][1]
+
+
+def idle_cpu() -> dict:
+    """CPU used by each side of an idle ipc channel, both blocked in recv, as a fraction of one core."""
+    sides = run_case(IDLE, 16, 1, both=True)
+    return {"connector": sides["a"]["cpu_fraction"], "listener": sides["b"]["cpu_fraction"]}
 
 
 def memcpy_bandwidth() -> dict:
@@ -122,23 +137,21 @@ def memcpy_bandwidth() -> dict:
     return out
 
 
-def plan(quick: bool, only: list[str] | None = None) -> list[tuple[Contender, int, int]]:
+def plan(quick: bool, only: list[str] | None = None, scale: float = 1.0) -> list[tuple[Contender, int, int]]:
     cases = []
     for c in CONTENDERS:
         if only and not any(o.lower() in c.name.lower() for o in only):
             continue
         sizes = LATENCY_SIZES if c.kind == "latency" else (c.sizes or SIZES)
         for size in sizes:
-            if c.kind == "latency":
-                count = ROUND_TRIPS // (5 if quick else 1)
-            else:
-                count = COUNTS[size] // (5 if quick else 1)
+            base = ROUND_TRIPS if c.kind == "latency" else COUNTS[size]
+            count = max(20, int(base * scale / (5 if quick else 1)))
             cases.append((c, size, count))
     return cases
 
 
-def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: Any = None) -> dict:
-    cases = plan(quick, only)
+def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: Any = None, scale: float = 1.0) -> dict:
+    cases = plan(quick, only, scale)
     results = []
     skipped = {}
     for c, size, count in cases:
@@ -163,7 +176,7 @@ def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: 
     import lwmq
 
     return {
-        "mode": "quick" if quick else "full",
+        "mode": ("quick" if quick else "full") + ("" if scale == 1.0 else f" x{scale:g}"),
         "repetitions": repetitions,
         "machine": {
             "cpus": os.cpu_count(),
@@ -173,6 +186,7 @@ def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: 
             "lwmq_build": lwmq.build_profile,
         },
         "memcpy_gb_per_s": memcpy_bandwidth(),
+        "idle_cpu_fraction": idle_cpu() if not only or any("lwmq" in o for o in only) else None,
         "results": results,
         "skipped": skipped,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),

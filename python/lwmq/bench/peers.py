@@ -74,7 +74,7 @@ def lwmq_recv(spec: dict) -> dict:
                 if got == 0:
                     first = time.perf_counter()
                 for m in batch:
-                    _check(len(m[0]), size)
+                    _check(m.nbytes, size)  # one frame: its length, without making a Frame object
                 got += len(batch)
             last = time.perf_counter()
             ch.send(b"done")
@@ -148,6 +148,42 @@ def lwmq_ping(spec: dict) -> dict:
                 samples.append(clock() - t)
             _check(len(m[0]), spec["size"])
     return _latency_result(samples)
+
+
+def _idle_wait(ch, seconds: float) -> tuple[dict, bool]:
+    """Blocks in recv on a channel where nothing comes; returns this whole process's CPU use meanwhile
+    (engine threads included), after the spin phase, and whether a message ended the wait early."""
+    import lwmq
+
+    time.sleep(0.2)  # past spin_us, and past the start-up of both processes
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        ch.recv(timeout=seconds)
+        early = True
+    except lwmq.Timeout:
+        early = False
+    return {"cpu_fraction": (time.process_time() - cpu) / (time.perf_counter() - wall)}, early
+
+
+def lwmq_idle_listen(spec: dict) -> dict:
+    import lwmq
+
+    with lwmq.listen(spec["address"]) as listener:
+        spec["ready"].set()
+        with listener.accept(timeout=RECV_TIMEOUT) as ch:
+            result, got_done = _idle_wait(ch, spec["seconds"])
+            if not got_done:
+                ch.recv(timeout=RECV_TIMEOUT)  # the connector's "done"
+            ch.send(b"bye")
+            return result
+
+
+def lwmq_idle_connect(spec: dict) -> dict:
+    with _lwmq_connect(spec) as ch:
+        result, _ = _idle_wait(ch, spec["seconds"])  # nothing comes before our "done"
+        ch.send(b"done")
+        ch.recv(timeout=RECV_TIMEOUT)
+        return result
 
 
 # ---------------------------------------------------------------- pyzmq
@@ -355,6 +391,195 @@ def seqpacket_ping(spec: dict) -> dict:
     return _latency_result(samples)
 
 
+# ---------------------------------------------------------------- iceoryx2 (Python bindings)
+# Settings that make it lossless (its defaults overwrite the oldest sample when a subscriber lags), and
+# a probe/ack handshake: a new publisher's send() silently drops samples until the subscriber is
+# connected. See shared/notes/PEERS.md.
+
+_IOX_PROBE = 1  # probe samples are 1 byte; measured ones are at least 16
+
+
+def _iox():
+    import ctypes
+
+    import iceoryx2 as iox
+
+    iox.set_log_level(iox.LogLevel.Error)
+    return iox, ctypes, iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
+
+
+def _iox_bytes_service(iox, ctypes, node, name: str):
+    return (
+        node.service_builder(iox.ServiceName.new(name))
+        .publish_subscribe(iox.Slice[ctypes.c_uint8])
+        .max_publishers(1)
+        .max_subscribers(1)
+        .history_size(0)
+        .subscriber_max_buffer_size(64)
+        .enable_safe_overflow(False)
+        .open_or_create()
+    )
+
+
+def _iox_publisher(iox, service, size: int):
+    return (
+        service.publisher_builder()
+        .initial_max_slice_len(max(size, _IOX_PROBE))
+        .backpressure_strategy(iox.BackpressureStrategy.RetryUntilDelivered)
+        .create()
+    )
+
+
+def _iox_send(ctypes, pub, src, n: int) -> int:
+    sample = pub.loan_slice_uninit(n)
+    ctypes.memmove(sample.payload_ptr, src, n)
+    return sample.assume_init().send()
+
+
+def iox_recv(spec: dict) -> dict:
+    iox, ctypes, node = _iox()
+    size, count = spec["size"], spec["count"]
+    data = _iox_bytes_service(iox, ctypes, node, spec["address"] + "/data")
+    ack = _iox_bytes_service(iox, ctypes, node, spec["address"] + "/ack")
+    sub = data.subscriber_builder().buffer_size(64).create()
+    ack_pub = _iox_publisher(iox, ack, 16)
+    spec["ready"].set()
+    token = (ctypes.c_uint8 * 16)()
+    answered = False
+    got = 0
+    first = 0.0
+    deadline = time.monotonic() + RECV_TIMEOUT
+    receive = sub.receive
+    while got < count:
+        sample = receive()
+        if sample is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"iceoryx2: {got} of {count} received")
+            continue
+        n = sample.header.number_of_elements
+        del sample
+        if n == _IOX_PROBE:
+            if not answered:
+                _iox_send(ctypes, ack_pub, token, 16)
+                answered = True
+            continue
+        if got == 0:
+            first = time.perf_counter()
+        _check(n, size)
+        got += 1
+    last = time.perf_counter()
+    _iox_send(ctypes, ack_pub, token, 16)  # done
+    time.sleep(0.05)
+    return _throughput_result(count, size, first, last)
+
+
+def iox_send(spec: dict) -> None:
+    iox, ctypes, node = _iox()
+    size = spec["size"]
+    data = _iox_bytes_service(iox, ctypes, node, spec["address"] + "/data")
+    ack = _iox_bytes_service(iox, ctypes, node, spec["address"] + "/ack")
+    pub = _iox_publisher(iox, data, size)
+    ack_sub = ack.subscriber_builder().buffer_size(64).create()
+    spec["ready"].wait(RECV_TIMEOUT)
+    probe = (ctypes.c_uint8 * 1)()
+    while ack_sub.receive() is None:  # until the subscriber is connected and says so
+        _iox_send(ctypes, pub, probe, _IOX_PROBE)
+        time.sleep(0.001)
+    payload = (ctypes.c_uint8 * size).from_buffer_copy(os.urandom(size))
+    for _ in range(spec["count"]):
+        if _iox_send(ctypes, pub, payload, size) == 0:
+            raise RuntimeError("iceoryx2 dropped a sample (no subscriber)")
+    deadline = time.monotonic() + RECV_TIMEOUT
+    while ack_sub.receive() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+class _IoxEndpoint:
+    """One side of a ping-pong: publishes on `tx`, subscribes on `rx`; wakes by event or busy-polls."""
+
+    def __init__(self, spec: dict, tx: str, rx: str, busy: bool):
+        iox, ctypes, node = _iox()
+        self.ctypes, self.busy = ctypes, busy
+        base = spec["address"]
+        self.pub = _iox_publisher(iox, _iox_bytes_service(iox, ctypes, node, f"{base}/{tx}"), spec["size"])
+        self.sub = _iox_bytes_service(iox, ctypes, node, f"{base}/{rx}").subscriber_builder().buffer_size(64).create()
+        if not busy:
+            self.notifier = node.service_builder(iox.ServiceName.new(f"{base}/{tx}")).event().open_or_create().notifier_builder().create()
+            self.listener = node.service_builder(iox.ServiceName.new(f"{base}/{rx}")).event().open_or_create().listener_builder().create()
+        self.buf = (ctypes.c_uint8 * spec["size"])()
+
+    def send(self, n: int) -> None:
+        _iox_send(self.ctypes, self.pub, self.buf, n)
+        if not self.busy:
+            self.notifier.notify()
+
+    def recv(self, timeout: float = RECV_TIMEOUT) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            sample = self.sub.receive()
+            if sample is not None:
+                n = sample.header.number_of_elements
+                del sample
+                return n
+            if time.monotonic() > deadline:
+                raise TimeoutError("iceoryx2: no reply")
+            if not self.busy:
+                self.listener.timed_wait(__import__("iceoryx2").Duration.from_secs_f64(0.1))
+
+
+def _iox_latency_pong(spec: dict, busy: bool) -> None:
+    end = _IoxEndpoint(spec, "pong", "ping", busy)
+    spec["ready"].set()
+    handled = 0
+    while handled < spec["count"] + spec["warmup"]:
+        n = end.recv()
+        end.send(n)
+        if n != _IOX_PROBE:
+            handled += 1
+
+
+def _iox_latency_ping(spec: dict, busy: bool) -> dict:
+    end = _IoxEndpoint(spec, "ping", "pong", busy)
+    spec["ready"].wait(RECV_TIMEOUT)
+    while True:  # probe until the pong side is connected both ways
+        end.send(_IOX_PROBE)
+        try:
+            if end.recv(timeout=0.01) == _IOX_PROBE:
+                break
+        except TimeoutError:
+            continue
+    while True:  # drain late probe echoes
+        try:
+            end.recv(timeout=0.05)
+        except TimeoutError:
+            break
+    size, samples, clock = spec["size"], [], time.perf_counter_ns
+    for i in range(spec["count"] + spec["warmup"]):
+        t = clock()
+        end.send(size)
+        n = end.recv()
+        if i >= spec["warmup"]:
+            samples.append(clock() - t)
+        _check(n, size)
+    return _latency_result(samples)
+
+
+def iox_pong(spec: dict) -> None:
+    _iox_latency_pong(spec, busy=False)
+
+
+def iox_ping(spec: dict) -> dict:
+    return _iox_latency_ping(spec, busy=False)
+
+
+def iox_pong_busy(spec: dict) -> None:
+    _iox_latency_pong(spec, busy=True)
+
+
+def iox_ping_busy(spec: dict) -> dict:
+    return _iox_latency_ping(spec, busy=True)
+
+
 LOAN_SIZES = (4096, 65536, 1 << 20)
 
 CONTENDERS = [
@@ -363,11 +588,14 @@ CONTENDERS = [
     Contender("lwmq ipc loan/ship", "throughput", lwmq_loan, lwmq_recv, sizes=LOAN_SIZES, module="lwmq"),
     Contender("pyzmq PUSH/PULL ipc", "throughput", zmq_push, zmq_pull, module="zmq"),
     Contender("pyzmq PUSH/PULL tcp", "throughput", zmq_push, zmq_pull, module="zmq"),
+    Contender("iceoryx2 pub/sub", "throughput", iox_send, iox_recv, module="iceoryx2"),
     Contender("multiprocessing.Pipe", "throughput", pipe_send, pipe_recv),
     Contender("AF_UNIX SOCK_SEQPACKET", "throughput", seqpacket_send, seqpacket_recv),
     Contender("lwmq ipc", "latency", lwmq_ping, lwmq_pong, module="lwmq"),
     Contender("lwmq ipc busy_poll", "latency", lwmq_ping, lwmq_pong, module="lwmq", options={"busy_poll": True}),
     Contender("pyzmq PAIR ipc", "latency", zmq_ping, zmq_pong, module="zmq"),
+    Contender("iceoryx2 event wake-up", "latency", iox_ping, iox_pong, module="iceoryx2"),
+    Contender("iceoryx2 busy-poll", "latency", iox_ping_busy, iox_pong_busy, module="iceoryx2"),
     Contender("multiprocessing.Pipe", "latency", pipe_ping, pipe_pong),
     Contender("AF_UNIX SOCK_SEQPACKET", "latency", seqpacket_ping, seqpacket_pong),
 ]

@@ -64,6 +64,8 @@ def targets(data: dict) -> list[dict]:
     add("RTT p50 16 B vs SEQPACKET", ratio(lat("lwmq ipc", 16), lat("AF_UNIX SOCK_SEQPACKET", 16)), 0.5, False)
     add("RTT p50 16 B busy_poll vs iceoryx2 busy-poll", ratio(lat("lwmq ipc busy_poll", 16), lat("iceoryx2 busy-poll", 16)), 1 / 3, False)
     add("RTT p99 / own p50, 16 B, default", ratio(lat("lwmq ipc", 16, "p99_us"), lat("lwmq ipc", 16)), 10.0, False)
+    idle = data.get("idle_cpu_fraction")
+    add("idle channel: CPU of the busier side (fraction of a core)", max(idle.values()) if idle else None, 0.01, False)
     return rows
 
 
@@ -107,6 +109,9 @@ def print_report(data: dict, console: Console | None = None) -> None:
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: "n/a"}[row["met"]]
         tt.add_row(row["target"], measured, f"{cmp} {row['need']:.2f}", met)
     console.print(tt)
+    idle = data.get("idle_cpu_fraction")
+    if idle:
+        console.print("idle channel, both sides blocked in recv: " + ", ".join(f"{k} {v:.2%} of a core" for k, v in idle.items()))
     mc = data["memcpy_gb_per_s"]
     console.print("memcpy reference: " + ", ".join(f"{k}: {v:.1f} GB/s" for k, v in mc.items()))
     for name, why in data.get("skipped", {}).items():

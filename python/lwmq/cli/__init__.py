@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repetitions", type=int, help="runs per case (default: 3, quick: 1)")
     bench.add_argument("--out", default="benchmarks/results", help="folder for the JSON and the plots")
     bench.add_argument("--only", action="append", help="only contenders whose name contains this (repeatable)")
+    bench.add_argument("--scale", type=float, default=1.0, help="multiply message counts (a smoke run: 0.001)")
 
     sub.add_parser("transports", help="list the transports lwmq can use")
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from ..bench import main as bench_main
 
-        return bench_main(args.quick, args.repetitions, args.out, args.only)
+        return bench_main(args.quick, args.repetitions, args.out, args.only, args.scale)
     if args.command == "transports":
         from .tools import show_transports
 

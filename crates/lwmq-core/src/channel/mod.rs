@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::queue::input::{InputQueue, PostError, Producers};
 use crate::queue::scheduler::Scheduler;
-use crate::sync::{Combiner, Deadline, Parker};
+use crate::sync::{no_wait, Combiner, Deadline, Parker};
 use crate::transport::{Link, Options, TxBuf};
 use crate::wire::{self, BufferWriter};
 use bytes::Bytes;
@@ -59,7 +59,7 @@ pub struct Stats {
     pub queued: u64,
     /// Messages still queued when the channel closed (the peer was gone or `linger` ran out).
     pub unsent_at_close: u64,
-    /// Received buffers whose messages were copied out because the application held half the pool.
+    /// Received buffers whose messages were copied out because the application held 3/4 of the pool.
     pub copied_out: u64,
 }
 
@@ -184,7 +184,7 @@ impl Shared {
     fn pump(self: &Arc<Self>) -> Result<()> {
         let shared = self;
         let mut outcome = Ok(());
-        shared.tx.run(|tx| match shared.drain(tx, Some(Instant::now())) {
+        shared.tx.run(|tx| match shared.drain(tx, no_wait()) {
             Ok(false) => true,
             Ok(true) => {
                 // No free buffer: the flusher ships the rest as buffers come back.
@@ -343,7 +343,7 @@ impl Channel {
             wire::check_postable(m, self.shared.buffer_size).map_err(|e| (e, 0))?;
         }
         for (n, m) in messages.into_iter().enumerate() {
-            if let Err(full) = self.enqueue(&self.default_queue, m, Some(Instant::now())) {
+            if let Err(full) = self.enqueue(&self.default_queue, m, no_wait()) {
                 if full.error != Error::QueueFull {
                     return Err((full.error, n));
                 }
@@ -378,7 +378,7 @@ impl Channel {
         let mut outcome = Ok(());
         if tx.carry.is_none() && tx.scheduler.queued() == 0 {
             while sent < messages.len() {
-                let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(Some(Instant::now()))) {
+                let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(no_wait())) {
                     Ok(buf) => buf,
                     Err(Error::Timeout(_)) => break,
                     Err(e) => {
@@ -460,7 +460,7 @@ impl Channel {
         if let Some(m) = rx.out.pop_front() {
             return Ok(Some(m));
         }
-        match self.fill(&mut rx, Some(Instant::now())) {
+        match self.fill(&mut rx, no_wait()) {
             Ok(()) => Ok(rx.out.pop_front()),
             Err(Error::Timeout(_)) => Ok(None),
             Err(e) => Err(e),
@@ -477,10 +477,10 @@ impl Channel {
                 Err(e) => return Err(e),
             }
         }
-        // Take more buffers only while the application holds less than half the pool: past that, the
-        // caller gets what is there rather than copies (see `fill`).
-        while rx.out.len() < max && !self.shared.link.receive_pool_pressed() {
-            match self.fill(&mut rx, Some(Instant::now())) {
+        // Take more buffers only while the application holds under a quarter of the pool, so a caller that
+        // keeps the previous batch while taking the next never gets near the copy-out level.
+        while rx.out.len() < max && self.pool_level() == PoolLevel::Low {
+            match self.fill(&mut rx, no_wait()) {
                 Ok(()) => {}
                 Err(Error::Timeout(_) | Error::PeerGone(_)) => break,
                 Err(e) => return Err(e),
@@ -488,6 +488,15 @@ impl Channel {
         }
         let n = max.min(rx.out.len());
         Ok(rx.out.drain(..n).collect())
+    }
+
+    fn pool_level(&self) -> PoolLevel {
+        match self.shared.link.receive_pool_use() {
+            None => PoolLevel::Pressed,
+            Some((held, count)) if held * 4 >= count * 3 => PoolLevel::Pressed,
+            Some((held, count)) if held * 4 >= count => PoolLevel::Busy,
+            Some(_) => PoolLevel::Low,
+        }
     }
 
     /// Puts a message back at the head of the output queue (an async receive cancelled after the message
@@ -513,9 +522,9 @@ impl Channel {
             }
         };
         let c = &self.shared.counters;
-        // Zero-copy views pin their buffer; if the application keeps half the pool pinned, the peer could
-        // run out of buffers and stall forever. Copy these messages out and free the buffer now instead.
-        if self.shared.link.receive_pool_pressed() {
+        // Zero-copy views pin their buffer; if the application keeps most of the pool pinned, the peer
+        // could run out of buffers and stall forever. Copy these messages out and free the buffer now.
+        if self.pool_level() >= PoolLevel::Pressed {
             messages = messages.into_iter().map(|m| m.into_frames().iter().map(|f| Bytes::copy_from_slice(f)).collect()).collect();
             c.copied_out.fetch_add(1, Relaxed);
         }
@@ -573,6 +582,17 @@ impl Channel {
         drop(tx);
         shared.link.close();
     }
+}
+
+/// How much of the receive pool the application holds in received messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum PoolLevel {
+    /// Under a quarter: `recv_many` may take more buffers.
+    Low,
+    /// A quarter or more: `recv_many` returns what it has.
+    Busy,
+    /// Three quarters or more (or unknown): new buffers are copied out and freed at once.
+    Pressed,
 }
 
 /// A transport buffer lent by `Channel::loan`: write the data in place, then `ship`.

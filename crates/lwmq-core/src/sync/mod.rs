@@ -17,4 +17,4 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 pub use combiner::Combiner;
 pub use parker::Parker;
-pub use wait::{Deadline, WaitPolicy, WaitWord};
+pub use wait::{no_wait, Deadline, WaitPolicy, WaitWord};

@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 /// `None` waits forever.
 pub type Deadline = Option<Instant>;
 
+/// A deadline already past: "do not wait", without reading the clock on every non-blocking attempt
+/// (`Instant::now()` showed up at 5% of a small-message profile).
+pub fn no_wait() -> Deadline {
+    static PAST: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    Some(*PAST.get_or_init(Instant::now))
+}
+
 /// How a waiter spends its time before sleeping.
 #[derive(Clone, Copy, Debug)]
 pub struct WaitPolicy {

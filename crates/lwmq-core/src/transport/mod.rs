@@ -94,10 +94,11 @@ pub trait Link: Send + Sync {
     /// The next shipped buffer; waits until `deadline`. After the peer left, buffers it shipped are still
     /// delivered, then `Error::PeerGone`.
     fn receive(&self, deadline: Deadline) -> Result<Bytes>;
-    /// True when the application holds so many received buffers that the peer may run short: the channel
-    /// then copies messages out of newly received buffers and releases them at once.
-    fn receive_pool_pressed(&self) -> bool {
-        false
+    /// (received buffers the application holds, buffers in the receive pool), when the link knows: the
+    /// channel uses it so holding messages can never starve the peer (see `Channel::fill`). `None`: the
+    /// link cannot tell, and the channel copies every message out to be safe.
+    fn receive_pool_use(&self) -> Option<(u32, u32)> {
+        None
     }
     /// The shared segment behind this link, for tests that play a hostile peer (None if not shared memory).
     fn segment(&self) -> Option<(*mut u8, usize)> {

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 pub const DEFAULT_BUFFER_SIZE: usize = 256 * 1024;
 pub const DEFAULT_BUFFERS: u32 = 32;
+/// Bytes a default pool may span: small enough for buffers to be reused while still in the last-level
+/// cache (a 64 MiB pool of 2 MiB buffers copied at DRAM speed, 2.6x slower than 4 of them; see
+/// docs/performance.md), large enough to keep a busy channel pipelined.
+pub const DEFAULT_POOL_BYTES: usize = 8 << 20;
+pub const MIN_DEFAULT_BUFFERS: u32 = 4;
 pub const MAX_BUFFERS: u32 = 1 << 20;
 pub const MIN_BUFFER_SIZE: usize = 64;
 /// Frame lengths are u32 on the wire; stay well below so offsets never overflow.
@@ -89,10 +94,28 @@ impl Options {
     }
 }
 
-/// Each direction's pool is decided by its sender's options, else by its receiver's wish, else defaults.
+/// Each direction's pool is decided by its sender's options, else by its receiver's wish, else defaults
+/// (as many buffers as fit `DEFAULT_POOL_BYTES`, 4 to 32).
 pub fn direction(sender: &Options, receiver: &Options) -> PoolGeometry {
-    PoolGeometry {
-        count: sender.send_buffers.or(receiver.recv_buffers).unwrap_or(DEFAULT_BUFFERS),
-        size: sender.buffer_size.or(receiver.buffer_size).unwrap_or(DEFAULT_BUFFER_SIZE),
+    let size = sender.buffer_size.or(receiver.buffer_size).unwrap_or(DEFAULT_BUFFER_SIZE);
+    let fitting = (DEFAULT_POOL_BYTES / size).clamp(MIN_DEFAULT_BUFFERS as usize, DEFAULT_BUFFERS as usize) as u32;
+    PoolGeometry { count: sender.send_buffers.or(receiver.recv_buffers).unwrap_or(fitting), size }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_pools_fit_the_byte_budget_and_explicit_counts_win() {
+        let with = |size: usize| Options { buffer_size: Some(size), ..Options::default() };
+        assert_eq!(direction(&Options::default(), &Options::default()), PoolGeometry { count: 32, size: 256 << 10 });
+        assert_eq!(direction(&with(2 << 20), &Options::default()).count, 4);
+        assert_eq!(direction(&with(64 << 20), &Options::default()).count, 4);
+        assert_eq!(direction(&with(1 << 20), &Options::default()).count, 8);
+        let explicit = Options { buffer_size: Some(2 << 20), send_buffers: Some(100), ..Options::default() };
+        assert_eq!(direction(&explicit, &Options::default()).count, 100);
+        let wish = Options { recv_buffers: Some(7), ..Options::default() };
+        assert_eq!(direction(&Options::default(), &wish).count, 7);
     }
 }

@@ -59,8 +59,8 @@ impl Link for RingLink {
         self.rx.lock().unwrap().receive(deadline)
     }
 
-    fn receive_pool_pressed(&self) -> bool {
-        self.rx.lock().unwrap().pressed()
+    fn receive_pool_use(&self) -> Option<(u32, u32)> {
+        Some(self.rx.lock().unwrap().held())
     }
 
     fn segment(&self) -> Option<(*mut u8, usize)> {

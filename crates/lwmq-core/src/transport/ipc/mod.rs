@@ -249,8 +249,8 @@ impl Link for IpcLink {
     fn receive(&self, deadline: Deadline) -> Result<Bytes> {
         self.ring.receive(deadline)
     }
-    fn receive_pool_pressed(&self) -> bool {
-        self.ring.receive_pool_pressed()
+    fn receive_pool_use(&self) -> Option<(u32, u32)> {
+        self.ring.receive_pool_use()
     }
     fn segment(&self) -> Option<(*mut u8, usize)> {
         self.ring.segment()
