@@ -19,25 +19,7 @@ pub fn frame_from(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     if let Ok(frame) = obj.downcast::<Frame>() {
         return Ok(frame.get().data.clone());
     }
-    if obj.is_instance_of::<pyo3::types::PyString>() {
-        return Err(PyTypeError::new_err("a frame is bytes-like, not str: encode it first"));
-    }
-    let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
-    // SAFETY: `view` is written by PyObject_GetBuffer on success and released below exactly once; on
-    // failure it is left untouched and a Python exception is set.
-    unsafe {
-        if ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS) != 0 {
-            let err = PyErr::fetch(obj.py());
-            return Err(PyTypeError::new_err(format!(
-                "a frame must be a contiguous bytes-like object, not {}: {err}",
-                obj.get_type().name()?
-            )));
-        }
-        let mut view = view.assume_init();
-        let data = Bytes::copy_from_slice(std::slice::from_raw_parts(view.buf as *const u8, view.len as usize));
-        ffi::PyBuffer_Release(&mut view);
-        Ok(data)
-    }
+    Ok(Bytes::copy_from_slice(View::new(obj)?.as_slice()))
 }
 
 /// A frame borrowed through the buffer protocol: no copy; released when dropped (with the GIL held,

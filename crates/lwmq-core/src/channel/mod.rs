@@ -158,20 +158,23 @@ impl Shared {
             }
             let clubbed = writer.message_count() as u64;
             let len = writer.finish();
-            // Counted before shipping, so stats never lag what the peer has already received.
-            let c = &self.counters;
-            c.messages_sent.fetch_add(clubbed, Relaxed);
-            c.bytes_sent.fetch_add(bytes as u64, Relaxed);
-            c.buffers_sent.fetch_add(1, Relaxed);
-            c.max_clubbed.fetch_max(clubbed, Relaxed);
-            c.queued.fetch_sub(clubbed, Relaxed);
-            if let Err(e) = self.link.ship(buf, len) {
-                c.messages_sent.fetch_sub(clubbed, Relaxed);
-                c.bytes_sent.fetch_sub(bytes as u64, Relaxed);
-                c.buffers_sent.fetch_sub(1, Relaxed);
-                return Err(e);
-            }
+            self.counters.queued.fetch_sub(clubbed, Relaxed);
+            self.ship_counted(buf, len, clubbed, bytes)?;
         }
+    }
+
+    /// Ships a filled buffer, counting it first so stats never lag what the peer already received.
+    fn ship_counted(&self, buf: TxBuf, len: usize, messages: u64, bytes: usize) -> Result<()> {
+        let c = &self.counters;
+        c.messages_sent.fetch_add(messages, Relaxed);
+        c.bytes_sent.fetch_add(bytes as u64, Relaxed);
+        c.buffers_sent.fetch_add(1, Relaxed);
+        c.max_clubbed.fetch_max(messages, Relaxed);
+        self.link.ship(buf, len).inspect_err(|_| {
+            c.messages_sent.fetch_sub(messages, Relaxed);
+            c.bytes_sent.fetch_sub(bytes as u64, Relaxed);
+            c.buffers_sent.fetch_sub(1, Relaxed);
+        })
     }
 
     fn ring_flusher(&self) {
@@ -394,12 +397,7 @@ impl Channel {
                 }
                 let clubbed = writer.message_count() as u64;
                 let len = writer.finish();
-                let c = &shared.counters;
-                c.messages_sent.fetch_add(clubbed, Relaxed);
-                c.bytes_sent.fetch_add(bytes as u64, Relaxed);
-                c.buffers_sent.fetch_add(1, Relaxed);
-                c.max_clubbed.fetch_max(clubbed, Relaxed);
-                if let Err(e) = shared.link.ship(buf, len) {
+                if let Err(e) = shared.ship_counted(buf, len, clubbed, bytes) {
                     outcome = Err(e);
                     break;
                 }
@@ -623,12 +621,7 @@ impl Loan {
         }
         let mut buf = self.buf.take().expect("not shipped");
         let len = wire::seal_loan(buf.as_mut_slice(), n);
-        let c = &shared.counters;
-        c.messages_sent.fetch_add(1, Relaxed);
-        c.bytes_sent.fetch_add(n as u64, Relaxed);
-        c.buffers_sent.fetch_add(1, Relaxed);
-        c.max_clubbed.fetch_max(1, Relaxed);
-        shared.link.ship(buf, len).inspect_err(|e| shared.fail(e))
+        shared.ship_counted(buf, len, 1, n).inspect_err(|e| shared.fail(e))
     }
 }
 
