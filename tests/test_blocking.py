@@ -12,14 +12,17 @@ import lwmq
 
 
 def test_a_blocked_recv_lets_other_threads_run(pair):
-    _, server = pair
-    blocked = threading.Thread(target=lambda: pytest.raises(lwmq.Timeout, server.recv, timeout=5))
+    client, server = pair
+    got = []
+    blocked = threading.Thread(target=lambda: got.append(server.recv(timeout=60)))
     blocked.start()
     progress = 0
     while blocked.is_alive() and progress < 100_000:
         progress += 1  # only runs while the other thread has given up the GIL
     assert blocked.is_alive() and progress == 100_000
-    blocked.join()
+    client.send(b"wake up")  # now release it
+    blocked.join(timeout=30)
+    assert [bytes(m[0]) for m in got] == [b"wake up"]
 
 
 BLOCKERS = {
