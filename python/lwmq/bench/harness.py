@@ -87,7 +87,12 @@ def run_case(c: Contender, size: int, count: int, warmup: int | None = None, bot
         while len(outcome) < 2:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"{c.name} {size} B did not finish within {CASE_TIMEOUT:.0f} s")
+                waiting = [{"a": "sender/ping", "b": "receiver/pong"}[r] for r in ("a", "b") if r not in outcome]
+                codes = {r: p.exitcode for r, p in procs.items()}
+                raise TimeoutError(
+                    f"{c.name} {size} B did not finish within {CASE_TIMEOUT:.0f} s "
+                    f"(no result from {', '.join(waiting)}; exit codes {codes})"
+                )
             try:
                 role, status, value = results.get(timeout=min(left, 1.0))
             except queue_module.Empty:
