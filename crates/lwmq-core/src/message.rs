@@ -3,28 +3,34 @@
 //! receive); the buffer goes back to its pool when the last view is dropped.
 
 use bytes::Bytes;
+use smallvec::SmallVec;
+
+/// Frames inline: most messages have one or two, and decoding a buffer then allocates nothing per message.
+pub type Frames = SmallVec<[Bytes; 2]>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
-    frames: Vec<Bytes>,
+    frames: Frames,
 }
 
 impl Message {
     /// A message of the given frames. An empty frame list is allowed here and rejected at post time
     /// (a message has at least one frame on the wire).
-    pub fn new(frames: Vec<Bytes>) -> Self {
-        Message { frames }
+    pub fn new(frames: impl Into<Frames>) -> Self {
+        Message { frames: frames.into() }
     }
 
     pub fn single(frame: impl Into<Bytes>) -> Self {
-        Message { frames: vec![frame.into()] }
+        let mut frames = Frames::new();
+        frames.push(frame.into());
+        Message { frames }
     }
 
     pub fn frames(&self) -> &[Bytes] {
         &self.frames
     }
 
-    pub fn into_frames(self) -> Vec<Bytes> {
+    pub fn into_frames(self) -> Frames {
         self.frames
     }
 

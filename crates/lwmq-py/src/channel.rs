@@ -34,7 +34,11 @@ impl Channel {
     fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
         // Straight into a free transport buffer when nothing is queued ahead: one copy, no allocation.
         let borrowed = Borrowed::new(message)?;
-        if self.inner.send_direct(&[&borrowed.slices()[..]]).map_err(to_py)? == 1 {
+        let direct = match borrowed.single() {
+            Some(frame) => self.inner.send_direct(&[&[frame][..]]),
+            None => self.inner.send_direct(&[&borrowed.slices()[..]]),
+        };
+        if direct.map_err(to_py)? == 1 {
             return Ok(());
         }
         let msg = borrowed.into_message();

@@ -87,6 +87,16 @@ impl<'py> Borrowed<'py> {
         Ok(Borrowed::Views(vec![View::new(obj)?]))
     }
 
+    /// The frame, when there is exactly one (the common case: no list of slices to build).
+    pub fn single(&self) -> Option<&[u8]> {
+        match self {
+            Borrowed::Bytes(b) => Some(b.as_bytes()),
+            Borrowed::Views(v) if v.len() == 1 => Some(v[0].as_slice()),
+            Borrowed::Message(m) if m.len() == 1 => Some(&m.frames()[0][..]),
+            _ => None,
+        }
+    }
+
     pub fn slices(&self) -> Vec<&[u8]> {
         match self {
             Borrowed::Message(m) => m.frames().iter().map(|f| &f[..]).collect(),
@@ -100,7 +110,7 @@ impl<'py> Borrowed<'py> {
         match self {
             Borrowed::Message(m) => m,
             Borrowed::Bytes(b) => CoreMessage::new(vec![Bytes::copy_from_slice(b.as_bytes())]),
-            Borrowed::Views(v) => CoreMessage::new(v.iter().map(|f| Bytes::copy_from_slice(f.as_slice())).collect()),
+            Borrowed::Views(v) => CoreMessage::new(v.iter().map(|f| Bytes::copy_from_slice(f.as_slice())).collect::<Vec<_>>()),
         }
     }
 }

@@ -379,7 +379,9 @@ impl Channel {
         let Some(mut tx) = shared.tx.try_enter() else { return Ok(0) };
         let mut sent = 0;
         let mut outcome = Ok(());
-        if tx.carry.is_none() && tx.scheduler.queued() == 0 {
+        // `queued` counts every accepted, unshipped message (the carried one too), so 0 means nothing is
+        // ahead of us; one atomic load instead of a scan of every queue.
+        if shared.counters.queued.load(Acquire) == 0 {
             while sent < messages.len() {
                 let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(no_wait())) {
                     Ok(buf) => buf,

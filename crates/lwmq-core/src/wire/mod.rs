@@ -204,7 +204,7 @@ pub fn decode(buf: &Bytes) -> Result<Vec<Message>> {
         if frames == 0 || frames > (b.len() - pos) / FRAME_HEADER_LEN {
             return Err(bad(format!("frame count {frames} impossible for the bytes left")));
         }
-        let mut list = Vec::with_capacity(frames);
+        let mut list = crate::message::Frames::with_capacity(frames);
         for _ in 0..frames {
             if b.len() - pos < FRAME_HEADER_LEN {
                 return Err(bad("truncated frame header"));
