@@ -1,5 +1,4 @@
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -60,10 +59,8 @@ def test_iteration_ends_when_the_peer_closes(pair):
 def test_blocked_recv_wakes_with_peer_gone(pair):
     client, server = pair
     threading.Timer(0.1, client.close).start()
-    start = time.monotonic()
-    with pytest.raises(lwmq.PeerGone):
-        server.recv(timeout=10)
-    assert time.monotonic() - start < 5  # woken by the close, not by the timeout
+    with pytest.raises(lwmq.PeerGone):  # woken by the close: running out the timeout would raise Timeout
+        server.recv(timeout=30)
 
 
 def test_recv_timeout(pair):

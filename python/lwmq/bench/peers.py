@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,21 @@ def _latency_result(samples_ns: list[int]) -> dict:
         return samples_ns[min(n - 1, int(q * n))] / 1000.0
 
     return {"p50_us": pct(0.50), "p99_us": pct(0.99), "p999_us": pct(0.999), "round_trips": n}
+
+
+def _time_round_trips(spec: dict, send: Callable[[], object], recv_len: Callable[[], int]) -> dict:
+    """The one loop every contender's latency is timed with: send, receive the echo, check its length.
+    Warm-up round trips are not kept."""
+    size, warmup, clock = spec["size"], spec["warmup"], time.perf_counter_ns
+    samples = []
+    for i in range(spec["count"] + warmup):
+        t = clock()
+        send()
+        n = recv_len()
+        if i >= warmup:
+            samples.append(clock() - t)
+        _check(n, size)
+    return _latency_result(samples)
 
 
 def _check(got: int, size: int) -> None:
@@ -137,17 +153,9 @@ def lwmq_pong(spec: dict) -> None:
 
 def lwmq_ping(spec: dict) -> dict:
     payload = os.urandom(spec["size"])
-    samples = []
     with _lwmq_connect(spec) as ch:
-        recv, send, clock = ch.recv, ch.send, time.perf_counter_ns
-        for i in range(spec["count"] + spec["warmup"]):
-            t = clock()
-            send(payload)
-            m = recv(timeout=RECV_TIMEOUT)
-            if i >= spec["warmup"]:
-                samples.append(clock() - t)
-            _check(len(m[0]), spec["size"])
-    return _latency_result(samples)
+        recv = ch.recv
+        return _time_round_trips(spec, partial(ch.send, payload), lambda: recv(timeout=RECV_TIMEOUT).nbytes)
 
 
 def _idle_wait(ch, seconds: float) -> tuple[dict, bool]:
@@ -257,18 +265,10 @@ def zmq_ping(spec: dict) -> dict:
     s = ctx.socket(zmq.PAIR)
     spec["ready"].wait(RECV_TIMEOUT)
     s.connect(_zmq_address(spec))
-    samples = []
-    clock = time.perf_counter_ns
-    for i in range(spec["count"] + spec["warmup"]):
-        t = clock()
-        s.send(payload)
-        m = s.recv()
-        if i >= spec["warmup"]:
-            samples.append(clock() - t)
-        _check(len(m), spec["size"])
+    result = _time_round_trips(spec, partial(s.send, payload), lambda: len(s.recv()))
     s.close(linger=0)
     ctx.term()
-    return _latency_result(samples)
+    return result
 
 
 # ---------------------------------------------------------------- multiprocessing.Pipe
@@ -309,16 +309,7 @@ def pipe_ping(spec: dict) -> dict:
     conn = spec["pipe"][1]
     payload = os.urandom(spec["size"])
     spec["ready"].wait(RECV_TIMEOUT)
-    samples = []
-    clock = time.perf_counter_ns
-    for i in range(spec["count"] + spec["warmup"]):
-        t = clock()
-        conn.send_bytes(payload)
-        m = conn.recv_bytes()
-        if i >= spec["warmup"]:
-            samples.append(clock() - t)
-        _check(len(m), spec["size"])
-    return _latency_result(samples)
+    return _time_round_trips(spec, partial(conn.send_bytes, payload), lambda: len(conn.recv_bytes()))
 
 
 # ---------------------------------------------------------------- raw AF_UNIX SOCK_SEQPACKET
@@ -383,17 +374,9 @@ def seqpacket_ping(spec: dict) -> dict:
     s = _seqpacket(spec, listen=False)
     payload = os.urandom(spec["size"])
     buf = bytearray(spec["size"] + 1)
-    samples = []
-    clock = time.perf_counter_ns
-    for i in range(spec["count"] + spec["warmup"]):
-        t = clock()
-        s.send(payload)
-        n = s.recv_into(buf)
-        if i >= spec["warmup"]:
-            samples.append(clock() - t)
-        _check(n, spec["size"])
+    result = _time_round_trips(spec, partial(s.send, payload), partial(s.recv_into, buf))
     s.close()
-    return _latency_result(samples)
+    return result
 
 
 # ---------------------------------------------------------------- iceoryx2 (Python bindings)
@@ -558,15 +541,7 @@ def _iox_latency_ping(spec: dict, busy: bool) -> dict:
             end.recv(timeout=0.05)
         except TimeoutError:
             break
-    size, samples, clock = spec["size"], [], time.perf_counter_ns
-    for i in range(spec["count"] + spec["warmup"]):
-        t = clock()
-        end.send(size)
-        n = end.recv()
-        if i >= spec["warmup"]:
-            samples.append(clock() - t)
-        _check(n, size)
-    return _latency_result(samples)
+    return _time_round_trips(spec, partial(end.send, spec["size"]), end.recv)
 
 
 def iox_pong(spec: dict) -> None:

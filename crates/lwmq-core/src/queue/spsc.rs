@@ -119,10 +119,6 @@ impl Consumer {
         Ok(Some(value))
     }
 
-    /// True when the producer has published nothing unread (a hint; racy by nature).
-    pub fn is_empty(&self) -> bool {
-        self.ring.ctl().head.load(Acquire) == self.tail
-    }
 }
 
 #[cfg(all(test, not(loom)))]

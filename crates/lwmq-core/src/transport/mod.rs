@@ -48,8 +48,6 @@ pub struct TxBuf {
     cap: usize,
     /// Which buffer this is, for the link that lent it.
     pub token: u64,
-    /// Backing store when the link keeps buffers on the heap (links implemented outside the engine).
-    _heap: Option<Box<[u8]>>,
 }
 
 // SAFETY: a TxBuf is exclusive access to its buffer until shipped (the pool's ownership protocol); moving
@@ -60,16 +58,11 @@ impl TxBuf {
     /// # Safety
     /// `ptr..ptr+cap` must be writable and used by nobody else until the buffer is shipped or dropped.
     pub unsafe fn from_raw(ptr: *mut u8, cap: usize, token: u64) -> Self {
-        TxBuf { ptr, cap, token, _heap: None }
-    }
-
-    pub fn on_heap(cap: usize, token: u64) -> Self {
-        let mut heap = vec![0u8; cap].into_boxed_slice();
-        TxBuf { ptr: heap.as_mut_ptr(), cap, token, _heap: Some(heap) }
+        TxBuf { ptr, cap, token }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: exclusive, writable and `cap` long (from_raw's contract, or our own heap box).
+        // SAFETY: exclusive, writable and `cap` long (from_raw's contract).
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.cap) }
     }
 

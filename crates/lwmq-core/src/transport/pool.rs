@@ -292,6 +292,16 @@ impl PoolSender {
 
 }
 
+/// Reads how many received buffers of a pool the application holds (see `PoolReceiver::usage`).
+pub struct PoolUsage(Arc<Releaser>);
+
+impl PoolUsage {
+    /// (buffers the application holds, buffers in the pool).
+    pub fn held(&self) -> (u32, u32) {
+        (self.0.held_count.load(Acquire), self.0.region.layout.dirs[self.0.d].count)
+    }
+}
+
 /// A received buffer lent to the application; released when the last `Bytes` view of it drops.
 struct RxBuffer {
     releaser: Arc<Releaser>,
@@ -331,9 +341,9 @@ impl Releaser {
 }
 
 impl PoolReceiver {
-    /// (buffers the application holds, buffers in the pool) for this direction.
-    pub fn held(&self) -> (u32, u32) {
-        (self.releaser.held_count.load(Acquire), self.region.layout.dirs[self.d].count)
+    /// A handle that reads how much of this pool the application holds, without the receiver's lock.
+    pub fn usage(&self) -> PoolUsage {
+        PoolUsage(self.releaser.clone())
     }
 
     /// The next shipped buffer, waiting until `deadline`; zero-copy.

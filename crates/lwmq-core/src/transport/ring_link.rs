@@ -1,7 +1,7 @@
 //! A `Link` over a two-direction pool segment: we send on one direction and receive on the other.
 //! inproc:// uses it directly; ipc:// adds the rendezvous socket and liveness around it.
 
-use super::pool::{self, PoolReceiver, PoolSender, Region};
+use super::pool::{self, PoolReceiver, PoolSender, PoolUsage, Region};
 use super::{Link, TxBuf};
 use crate::error::Result;
 use crate::sync::{Deadline, WaitPolicy};
@@ -15,6 +15,7 @@ pub struct RingLink {
     recv_dir: usize,
     tx: Mutex<PoolSender>,
     rx: Mutex<PoolReceiver>,
+    rx_usage: PoolUsage,
     tx_size: usize,
     peer: String,
     /// Our own close, private to this process (the shared flags only tell the peer).
@@ -35,6 +36,7 @@ impl RingLink {
             recv_dir,
             tx_size: tx.buffer_size(),
             tx: Mutex::new(tx),
+            rx_usage: rx.usage(),
             rx: Mutex::new(rx),
             peer,
             closed,
@@ -60,7 +62,7 @@ impl Link for RingLink {
     }
 
     fn receive_pool_use(&self) -> Option<(u32, u32)> {
-        Some(self.rx.lock().unwrap().held())
+        Some(self.rx_usage.held())
     }
 
     fn segment(&self) -> Option<(*mut u8, usize)> {

@@ -27,8 +27,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use handshake::{MAGIC as HANDSHAKE_MAGIC, PROTOCOL};
-
 /// How long either side waits for the other's handshake packet.
 const HANDSHAKE: Duration = Duration::from_secs(5);
 
