@@ -7,6 +7,8 @@
 
 Messages are built independently of channels (``lwmq.Message(b"k", memoryview(x), numpy_array)``);
 channels are opened by URI and the URI's scheme picks the transport (see ``lwmq.transports()``).
+Many-to-many publish/subscribe on one node: ``lwmq.Publisher("bus://ticks")`` and
+``lwmq.Subscriber("bus://ticks", topics=[b"AAPL"])``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from ._core import Channel, Frame, Listener, Loan, Message, Queue, RawLink, RawListener, build_profile
+from ._core import (
+    Channel, Delivery, Frame, Listener, Loan, Message, Publisher, Queue, RawLink, RawListener, Subscriber,
+    build_profile,
+)
 from .errors import (
     AddressError,
     AddressInUse,
+    BusMismatch,
     ChannelClosed,
     Error,
     MessageTooLarge,
@@ -70,5 +76,5 @@ __all__ = [
     "Message", "Frame", "Channel", "Listener", "Loan", "Queue", "RawLink", "RawListener", "listen", "connect",
     "raw_listen", "raw_connect", "transports", "TransportInfo", "build_profile", "__version__",
     "Error", "Timeout", "MessageTooLarge", "AddressError", "UnsupportedScheme", "AddressInUse", "PeerGone",
-    "ChannelClosed", "ProtocolError", "QueueFull",
+    "ChannelClosed", "ProtocolError", "QueueFull", "BusMismatch", "Publisher", "Subscriber", "Delivery",
 ]

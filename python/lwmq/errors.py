@@ -44,7 +44,12 @@ class QueueFull(Error):
     """A bounded queue is full and the timeout expired. ``exc.message`` holds the message not posted."""
 
 
+class BusMismatch(Error, ValueError):
+    """Joining a bus with a capacity, max_message_size or backpressure setting other than the one its
+    creator fixed."""
+
+
 __all__ = [
     "Error", "Timeout", "MessageTooLarge", "AddressError", "UnsupportedScheme", "AddressInUse", "PeerGone",
-    "ChannelClosed", "ProtocolError", "QueueFull",
+    "ChannelClosed", "ProtocolError", "QueueFull", "BusMismatch",
 ]

@@ -23,6 +23,8 @@ pub enum Error {
     Protocol(String),
     /// A bounded queue is full and the timeout expired.
     QueueFull,
+    /// A joiner asked for a bus shape other than the live bus's.
+    Mismatch(String),
     /// An invalid option value (the binding raises ValueError/TypeError).
     InvalidOption(String),
     /// An operating-system call failed.
@@ -53,6 +55,7 @@ impl fmt::Display for Error {
             Error::ChannelClosed => write!(f, "channel closed"),
             Error::Protocol(why) => write!(f, "protocol error: {why}"),
             Error::QueueFull => write!(f, "queue full"),
+            Error::Mismatch(why) => write!(f, "{why}"),
             Error::InvalidOption(why) => write!(f, "invalid option: {why}"),
             Error::Os { what, errno } => {
                 write!(f, "{what}: {}", std::io::Error::from_raw_os_error(*errno))

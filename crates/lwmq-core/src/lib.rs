@@ -6,6 +6,8 @@ pub mod queue;
 pub mod sync;
 
 #[cfg(not(loom))]
+pub mod bus;
+#[cfg(not(loom))]
 pub mod channel;
 #[cfg(not(loom))]
 pub mod message;

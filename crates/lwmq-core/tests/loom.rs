@@ -162,3 +162,29 @@ fn combiner_blocking_holder_honours_notes() {
         assert_eq!(queued.load(SeqCst), 0, "an item was posted and never processed");
     });
 }
+
+/// The bus's slot sequence lock: a reader that accepts a copy never has a torn one, and it accepts only
+/// the sequence it asked for. The writer rewrites one slot for sequences 0 then 1 (a lap of capacity 1).
+#[test]
+fn seqlock_never_accepts_a_torn_or_wrong_slot() {
+    use lwmq_core::sync::seqlock::{self, Read};
+    loom::model(|| {
+        let slot = Arc::new((AtomicU64::new(0), AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)));
+        let w = slot.clone();
+        let writer = thread::spawn(move || {
+            for seq in 0..2u64 {
+                seqlock::write(&w.0, seq, || {
+                    w.1.store(seq, Relaxed);
+                    w.2.store(seq, Relaxed);
+                });
+            }
+        });
+        for want in 0..2u64 {
+            match seqlock::read(&slot.0, want, || (slot.1.load(Relaxed), slot.2.load(Relaxed))) {
+                Read::Whole((a, b)) => assert_eq!((a, b), (want, want), "torn or wrong copy accepted"),
+                Read::NotYet | Read::Overrun => {}
+            }
+        }
+        writer.join().unwrap();
+    });
+}

@@ -35,6 +35,7 @@ pub fn to_py(e: Error) -> PyErr {
             Error::ChannelClosed => lwmq_error(py, "ChannelClosed", text),
             Error::Protocol(_) => lwmq_error(py, "ProtocolError", text),
             Error::QueueFull => lwmq_error(py, "QueueFull", text),
+            Error::Mismatch(_) => lwmq_error(py, "BusMismatch", text),
             Error::InvalidOption(_) => PyValueError::new_err(text),
             Error::Os { errno, .. } => PyOSError::new_err((errno, text)),
         }

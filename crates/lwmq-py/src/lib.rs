@@ -3,6 +3,7 @@
 
 mod blocking;
 mod buffer;
+mod bus;
 mod channel;
 mod errors;
 mod links;
@@ -132,6 +133,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("WIRE_VERSION", lwmq_core::wire::VERSION)?;
     m.add("OPTIONS", options::KNOWN.to_vec())?;
+    m.add_class::<bus::Publisher>()?;
+    m.add_class::<bus::Subscriber>()?;
+    m.add_class::<bus::Delivery>()?;
     m.add_class::<message::Message>()?;
     m.add_class::<message::Frame>()?;
     m.add_class::<channel::Channel>()?;

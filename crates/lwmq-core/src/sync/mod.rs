@@ -4,6 +4,7 @@
 pub mod combiner;
 pub mod futex;
 pub mod parker;
+pub mod seqlock;
 pub mod wait;
 
 #[cfg(loom)]

@@ -10,7 +10,7 @@
 mod handshake;
 mod liveness;
 mod segment;
-mod socket;
+pub(crate) mod socket;
 
 use super::options::{direction, Options};
 use super::pool::{Layout, Region};

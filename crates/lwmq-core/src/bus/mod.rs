@@ -1,0 +1,653 @@
+//! `bus://name`: many publishers and many subscribers on one node, through one shared ring, with no
+//! broker. See docs/bus.md for the guarantees and the design; in short:
+//!
+//! - **Total order.** Publishers append under one robust process-shared lock (mutex.rs); the tail
+//!   counter gives every message its global sequence number, the same for every subscriber.
+//! - **Loss detection.** Slots are reused a lap later; a subscriber reads each slot under a sequence
+//!   lock (sync::seqlock) and learns exactly how many sequence numbers it skipped.
+//! - **Backpressure (optional).** Subscribers publish their cursors; publishers wait (with a timeout)
+//!   until the slowest live subscriber has read the slot they would overwrite. Dead subscribers are
+//!   detected by pid and start time (liveness.rs) and dropped.
+//! - **Crash safety.** A publisher killed mid-append leaves the lock owner-dead: the next locker repairs
+//!   the ring (publishing the message if it was whole, else leaving the slot to be rewritten) and goes
+//!   on. Readers never see a torn slot: its stamp is odd until it is whole.
+//! - **Rendezvous and cleanup** (rendezvous.rs): a sealed memfd passed between members; nothing on disk.
+
+mod liveness;
+mod mutex;
+mod rendezvous;
+mod segment;
+
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::sync::{seqlock, Deadline, WaitPolicy};
+use bytes::Bytes;
+use segment::{Geometry, Segment};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+pub use segment::{encoded_len, MAX_MEMBERS};
+
+pub const DEFAULT_CAPACITY: u32 = 16384;
+pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 1024;
+/// A publisher blocked by backpressure re-checks whether the laggards are alive this often.
+const REAP_EVERY: Duration = Duration::from_millis(5);
+
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// What a member asks of the bus. Geometry fields left `None` take the bus's (or, when creating it,
+/// the defaults); a joiner that names a value different from the live bus's gets `Error::Mismatch`.
+#[derive(Clone, Debug, Default)]
+pub struct BusOptions {
+    pub capacity: Option<u32>,
+    pub max_message_size: Option<u32>,
+    pub backpressure: Option<bool>,
+    pub policy: WaitPolicy,
+    /// How long joining may wait for another process that is joining at the same moment.
+    pub join_timeout: Option<Duration>,
+}
+
+impl BusOptions {
+    fn geometry(&self) -> Result<Geometry> {
+        let capacity = self.capacity.unwrap_or(DEFAULT_CAPACITY);
+        if !(2..=1 << 30).contains(&capacity) {
+            return Err(Error::InvalidOption(format!("capacity must be 2..2**30 slots, not {capacity}")));
+        }
+        let max = self.max_message_size.unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+        if !(16..=1 << 30).contains(&max) {
+            return Err(Error::InvalidOption(format!("max_message_size must be 16 B..1 GiB, not {max}")));
+        }
+        let g = Geometry { capacity: capacity.next_power_of_two(), max_message_size: max.div_ceil(8) * 8, backpressure: self.backpressure.unwrap_or(false) };
+        g.total()?;
+        Ok(g)
+    }
+
+    fn check_against(&self, live: &Geometry, name: &str) -> Result<()> {
+        let asked = self.geometry()?;
+        let mut differ = Vec::new();
+        if self.capacity.is_some() && asked.capacity != live.capacity {
+            differ.push(format!("capacity {} (asked {})", live.capacity, asked.capacity));
+        }
+        if self.max_message_size.is_some() && asked.max_message_size != live.max_message_size {
+            differ.push(format!("max_message_size {} (asked {})", live.max_message_size, asked.max_message_size));
+        }
+        if self.backpressure.is_some() && asked.backpressure != live.backpressure {
+            differ.push(format!("backpressure {} (asked {})", live.backpressure, asked.backpressure));
+        }
+        if differ.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Mismatch(format!("bus://{name} was created with {}", differ.join(", "))))
+        }
+    }
+}
+
+/// Parses `bus://name`: a name of 1–64 letters, digits, '.', '_' or '-'.
+pub fn parse_uri(uri: &str) -> Result<String> {
+    let parsed = crate::transport::uri::Uri::parse(uri)?;
+    if parsed.scheme != "bus" {
+        return Err(Error::Address(format!("{uri:?} is not a bus:// address")));
+    }
+    let name = parsed.rest;
+    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !ok {
+        return Err(Error::Address(format!("bus name {name:?} must be 1-64 characters of A-Z a-z 0-9 . _ -")));
+    }
+    Ok(name)
+}
+
+/// One process's membership of one bus, shared by all its publishers and subscribers on that bus.
+pub struct Bus {
+    pub name: String,
+    seg: Segment,
+    _server: rendezvous::Server,
+    created: bool,
+}
+
+fn buses() -> &'static Mutex<HashMap<String, Weak<Bus>>> {
+    static BUSES: std::sync::OnceLock<Mutex<HashMap<String, Weak<Bus>>>> = std::sync::OnceLock::new();
+    BUSES.get_or_init(Default::default)
+}
+
+impl Bus {
+    /// Joins bus `name` (or shares this process's existing membership of it).
+    pub fn join(name: &str, options: &BusOptions) -> Result<Arc<Bus>> {
+        let wanted = options.geometry()?;
+        let mut map = buses().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bus) = map.get(name).and_then(Weak::upgrade) {
+            options.check_against(&bus.seg.geometry, name)?;
+            return Ok(bus);
+        }
+        let deadline = Some(Instant::now() + options.join_timeout.unwrap_or(Duration::from_secs(5)));
+        let (seg, created, server) = rendezvous::join(name, wanted, deadline)?;
+        let bus = Arc::new(Bus { name: name.to_string(), seg, _server: server, created });
+        if !created {
+            options.check_against(&bus.seg.geometry, name)?;
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(name.to_string(), Arc::downgrade(&bus));
+        Ok(bus)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.seg.geometry
+    }
+
+    /// Whether this process created the segment (rather than joining a live one).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    pub fn tail(&self) -> u64 {
+        self.seg.header().tail.load(Acquire)
+    }
+
+    /// Takes the append lock; repairs the ring first if its last holder died holding it.
+    fn lock(&self, deadline: Deadline) -> Result<Option<mutex::Guard<'_>>> {
+        let Some(mut guard) = self.seg.lock.lock(deadline)? else { return Ok(None) };
+        if guard.owner_died {
+            self.repair();
+            guard.consistent();
+        }
+        Ok(Some(guard))
+    }
+
+    /// The dead holder was appending sequence `tail`. If its slot is whole, it only missed publishing
+    /// it: publish it now. Otherwise the slot is torn (odd stamp) and invisible to readers, since the
+    /// tail never passed it; the next append rewrites it.
+    fn repair(&self) {
+        let h = self.seg.header();
+        let s = h.tail.load(Relaxed);
+        if self.seg.slot(s).0.stamp.load(Acquire) == seqlock::whole(s) {
+            // RELEASE (pair B3): as in `append`.
+            h.tail.store(s + 1, Release);
+            h.tail_wait.notify();
+        }
+        h.recoveries.fetch_add(1, Relaxed);
+    }
+
+    /// A snapshot for diagnostics and tests: tail, geometry, subscribers, lock state, recoveries.
+    pub fn info(&self) -> BusInfo {
+        let h = self.seg.header();
+        let lock = match self.seg.lock.try_lock() {
+            Ok(Some(mut g)) if g.owner_died => {
+                self.repair();
+                g.consistent();
+                "recovered"
+            }
+            Ok(Some(_)) => "free",
+            Ok(None) => "held",
+            Err(_) => "unrecoverable",
+        };
+        let subscribers = (0..MAX_MEMBERS).filter(|&i| self.seg.member(i).owner.load(Acquire) != 0).count();
+        BusInfo {
+            tail: h.tail.load(Acquire),
+            geometry: self.seg.geometry,
+            subscribers,
+            lock,
+            recoveries: h.recoveries.load(Relaxed),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BusInfo {
+    pub tail: u64,
+    pub geometry: Geometry,
+    pub subscribers: usize,
+    pub lock: &'static str,
+    pub recoveries: u64,
+}
+
+// ------------------------------------------------------------------------------------------ publisher
+
+pub struct Publisher {
+    bus: Arc<Bus>,
+    pub id: u64,
+    policy: WaitPolicy,
+    /// Backpressure: sequences below this may be written without rescanning the cursors.
+    limit: AtomicU64,
+    limit_epoch: AtomicU64,
+    /// Test hook: sleep this long in the middle of every append (to be killed there).
+    pub debug_stall: Option<Duration>,
+}
+
+impl Publisher {
+    pub fn new(bus: Arc<Bus>, options: &BusOptions) -> Publisher {
+        let id = bus.seg.header().next_member_id.fetch_add(1, Relaxed) + 1;
+        Publisher { bus, id, policy: options.policy, limit: AtomicU64::new(0), limit_epoch: AtomicU64::new(u64::MAX), debug_stall: None }
+    }
+
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.bus
+    }
+
+    fn check(&self, topic: &[u8], frames: &[&[u8]]) -> Result<()> {
+        let max = self.bus.seg.geometry.max_message_size as usize;
+        let size = encoded_len(topic, frames);
+        if frames.is_empty() {
+            return Err(Error::InvalidOption("a message needs at least one frame".into()));
+        }
+        if size > max || topic.len() > u16::MAX as usize || frames.len() > u16::MAX as usize {
+            return Err(Error::MessageTooLarge { size, max });
+        }
+        Ok(())
+    }
+
+    /// Publishes one message; returns its global sequence number. Waits only in backpressure mode, for
+    /// the slowest live subscriber, until `deadline`.
+    pub fn publish(&self, topic: &[u8], frames: &[&[u8]], deadline: Deadline) -> Result<u64> {
+        self.check(topic, frames)?;
+        let mut sent = None;
+        self.append(&[(topic, frames)], deadline, &mut |s| sent = Some(s))?;
+        sent.ok_or_else(|| Error::Timeout("the slowest subscriber did not make room".into()))
+    }
+
+    /// Publishes many messages under one lock hold where room allows; returns how many were published
+    /// (all of them unless backpressure held them past `deadline`) and the first one's sequence number.
+    pub fn publish_many(&self, items: &[(&[u8], &[&[u8]])], deadline: Deadline) -> Result<(usize, u64)> {
+        for (topic, frames) in items {
+            self.check(topic, frames)?;
+        }
+        let (mut n, mut first) = (0usize, 0u64);
+        self.append(items, deadline, &mut |s| {
+            if n == 0 {
+                first = s;
+            }
+            n += 1;
+        })?;
+        Ok((n, first))
+    }
+
+    fn append(&self, items: &[(&[u8], &[&[u8]])], deadline: Deadline, on_sent: &mut dyn FnMut(u64)) -> Result<()> {
+        let seg = &self.bus.seg;
+        let h = seg.header();
+        let mut done = 0;
+        while done < items.len() {
+            let Some(guard) = self.bus.lock(deadline)? else { return Ok(()) };
+            let start = done;
+            while done < items.len() {
+                let s = h.tail.load(Relaxed);
+                if seg.geometry.backpressure && !self.room_for(s) {
+                    break;
+                }
+                let (topic, frames) = items[done];
+                self.write_slot(s, topic, frames);
+                // RELEASE (pair B3 with the ACQUIRE tail loads in `Subscriber::poll`): the slot before the
+                // tail that covers it.
+                h.tail.store(s + 1, Release);
+                on_sent(s);
+                done += 1;
+            }
+            drop(guard);
+            if done > start {
+                h.tail_wait.notify();
+            }
+            if done < items.len() && !self.wait_for_room(deadline)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn write_slot(&self, s: u64, topic: &[u8], frames: &[&[u8]]) {
+        let (slot, payload) = self.bus.seg.slot(s);
+        let stall = self.debug_stall;
+        seqlock::write(&slot.stamp, s, || {
+            slot.publisher.store(self.id, Relaxed);
+            slot.timestamp_ns.store(now_ns(), Relaxed);
+            slot.len.store(encoded_len(topic, frames) as u32, Relaxed);
+            slot.topic_len.store(topic.len() as u16, Relaxed);
+            slot.nframes.store(frames.len() as u16, Relaxed);
+            // SAFETY: `payload` is this slot's payload area of max_message_size bytes, and `check` made
+            // sure the message fits; we hold the append lock, so no other writer touches the slot.
+            unsafe {
+                segment::write_payload(payload, topic, frames, || {
+                    if let Some(d) = stall {
+                        std::thread::sleep(d);
+                    }
+                })
+            };
+        });
+    }
+
+    /// Backpressure: whether sequence `s` may be written without overwriting a slot some live subscriber
+    /// has not read. Rescans the cursors only when the cached limit is reached or members changed.
+    fn room_for(&self, s: u64) -> bool {
+        let epoch = self.bus.seg.header().member_epoch.load(Acquire);
+        if s < self.limit.load(Relaxed) && epoch == self.limit_epoch.load(Relaxed) {
+            return true;
+        }
+        let limit = self.scan(false);
+        self.limit.store(limit, Relaxed);
+        self.limit_epoch.store(epoch, Relaxed);
+        s < limit
+    }
+
+    /// min(cursor) + capacity over live subscribers (u64::MAX with none). With `reap`, laggards whose
+    /// process is gone are removed first.
+    fn scan(&self, reap: bool) -> u64 {
+        let seg = &self.bus.seg;
+        let tail = seg.header().tail.load(Relaxed);
+        let cap = seg.geometry.capacity as u64;
+        let mut min = u64::MAX;
+        for i in 0..MAX_MEMBERS {
+            let m = seg.member(i);
+            // ACQUIRE (pair M1 with the RELEASE in `Subscriber::join`): the member's fields before its owner.
+            let owner = m.owner.load(Acquire);
+            if owner == 0 {
+                continue;
+            }
+            // ACQUIRE (pair C1 with the RELEASE cursor stores in `Subscriber`): its reads of the slots
+            // below the cursor happen before we overwrite them.
+            let cursor = m.cursor.load(Acquire);
+            if reap && cursor.saturating_add(cap) <= tail && !liveness::alive(m.pid.load(Relaxed), m.start.load(Relaxed)) {
+                if m.owner.compare_exchange(owner, 0, AcqRel, Relaxed).is_ok() {
+                    seg.header().member_epoch.fetch_add(1, AcqRel);
+                }
+                continue;
+            }
+            min = min.min(cursor.saturating_add(cap));
+        }
+        min
+    }
+
+    /// Waits (without the lock) until backpressure lets the next append through; false at the deadline.
+    fn wait_for_room(&self, deadline: Deadline) -> Result<bool> {
+        let h = self.bus.seg.header();
+        let mut last_reap = Instant::now();
+        loop {
+            let slice_end = Instant::now() + REAP_EVERY;
+            let slice = Some(deadline.map_or(slice_end, |d| d.min(slice_end)));
+            let reap = last_reap.elapsed() >= REAP_EVERY;
+            if reap {
+                last_reap = Instant::now();
+            }
+            let got = h.space_wait.wait_for(self.policy, slice, || {
+                let limit = self.scan(reap);
+                self.limit.store(limit, Relaxed);
+                (h.tail.load(Relaxed) < limit).then_some(())
+            });
+            if got.is_some() {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------ subscriber
+
+/// Where a subscriber starts reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Only messages published after joining.
+    Latest,
+    /// The oldest message the ring still holds.
+    Oldest,
+    /// This sequence number; if it is no longer in the ring, the gap is counted as lost.
+    At(u64),
+}
+
+/// Which topics a subscriber takes: everything when both lists are empty.
+#[derive(Clone, Debug, Default)]
+pub struct TopicFilter {
+    pub exact: Vec<Vec<u8>>,
+    pub prefixes: Vec<Vec<u8>>,
+}
+
+impl TopicFilter {
+    fn matches(&self, topic: &[u8]) -> bool {
+        (self.exact.is_empty() && self.prefixes.is_empty())
+            || self.exact.iter().any(|t| t.as_slice() == topic)
+            || self.prefixes.iter().any(|p| topic.starts_with(p))
+    }
+}
+
+/// One delivered message.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub seq: u64,
+    pub topic: Bytes,
+    pub message: Message,
+    pub publisher: u64,
+    pub timestamp_ns: u64,
+    /// Messages lost (overrun) just before this one.
+    pub lost: u64,
+}
+
+pub struct Subscriber {
+    bus: Arc<Bus>,
+    member: usize,
+    pub id: u64,
+    filter: TopicFilter,
+    policy: WaitPolicy,
+    next: u64,
+    /// Lost since the last delivery (reported on it), and in all.
+    pending_lost: u64,
+    pub lost: u64,
+    /// A corrupt slot met after a batch had started: reported by the next call.
+    pending_error: Option<Error>,
+    closed: bool,
+}
+
+/// What one look at the ring found.
+enum Polled {
+    Delivery(Delivery),
+    Nothing,
+}
+
+impl Subscriber {
+    pub fn join(bus: Arc<Bus>, filter: TopicFilter, start: Start, options: &BusOptions) -> Result<Subscriber> {
+        let seg = &bus.seg;
+        let h = seg.header();
+        let cap = seg.geometry.capacity as u64;
+        let id = h.next_member_id.fetch_add(1, Relaxed) + 1;
+        let (pid, started) = liveness::me();
+        let tail = h.tail.load(Acquire);
+        let next = match start {
+            Start::Latest => tail,
+            Start::Oldest => tail.saturating_sub(cap),
+            Start::At(s) => s,
+        };
+        let mut member = None;
+        for reap in [false, true] {
+            for i in 0..MAX_MEMBERS {
+                let m = seg.member(i);
+                let owner = m.owner.load(Acquire);
+                let free = owner == 0 || (reap && !liveness::alive(m.pid.load(Relaxed), m.start.load(Relaxed)));
+                if !free {
+                    continue;
+                }
+                m.cursor.store(next.max(tail.saturating_sub(cap)), Relaxed);
+                m.pid.store(pid, Relaxed);
+                m.start.store(started, Relaxed);
+                // RELEASE (pair M1 with the ACQUIRE in `Publisher::scan`): the fields above before the owner.
+                if m.owner.compare_exchange(owner, id, Release, Relaxed).is_ok() {
+                    member = Some(i);
+                    break;
+                }
+            }
+            if member.is_some() {
+                break;
+            }
+        }
+        let Some(member) = member else {
+            return Err(Error::InvalidOption(format!("bus://{} already has {MAX_MEMBERS} subscribers", bus.name)));
+        };
+        h.member_epoch.fetch_add(1, AcqRel);
+        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, closed: false })
+    }
+
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.bus
+    }
+
+    /// The next sequence number this subscriber will look at.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.closed {
+            Err(Error::ChannelClosed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn skip_to(&mut self, to: u64) {
+        if to > self.next {
+            self.pending_lost += to - self.next;
+            self.lost += to - self.next;
+            self.next = to;
+        }
+    }
+
+    /// Looks at the ring once: a delivery, or nothing available now.
+    fn poll(&mut self) -> Result<Polled> {
+        let bus = self.bus.clone();
+        let seg = &bus.seg;
+        let h = seg.header();
+        let cap = seg.geometry.capacity as u64;
+        let max = seg.geometry.max_message_size as usize;
+        loop {
+            // ACQUIRE (pair B3 with the RELEASE tail store in `Publisher::append`).
+            let tail = h.tail.load(Acquire);
+            if self.next >= tail {
+                return Ok(Polled::Nothing);
+            }
+            if tail - self.next > cap {
+                self.skip_to(tail - cap);
+            }
+            let s = self.next;
+            let (slot, payload) = seg.slot(s);
+            let filter = &self.filter;
+            let read = seqlock::read(&slot.stamp, s, || {
+                let len = slot.len.load(Relaxed) as usize;
+                let topic_len = slot.topic_len.load(Relaxed) as usize;
+                if len > max || topic_len > len {
+                    return Err(());
+                }
+                // SAFETY: `payload` is this slot's area of max_message_size bytes and topic_len <= len <=
+                // max (checked). The bytes may be overwritten while we copy (another process writes them);
+                // the copy is then discarded by the stamp re-check, never interpreted.
+                let topic = unsafe { std::slice::from_raw_parts(payload, topic_len) }.to_vec();
+                if !filter.matches(&topic) {
+                    return Ok(None);
+                }
+                // SAFETY: as above, `len` bytes from the slot's payload area.
+                let bytes = Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(payload, len) });
+                let meta = (slot.publisher.load(Relaxed), slot.timestamp_ns.load(Relaxed), topic_len, slot.nframes.load(Relaxed) as usize);
+                Ok(Some((bytes, meta)))
+            });
+            match read {
+                seqlock::Read::Whole(Ok(None)) => self.advance(),
+                seqlock::Read::Whole(Ok(Some((bytes, (publisher, timestamp_ns, topic_len, nframes))))) => {
+                    self.advance();
+                    let (topic, frames) = segment::split_payload(&bytes, topic_len, nframes)?;
+                    let lost = std::mem::take(&mut self.pending_lost);
+                    return Ok(Polled::Delivery(Delivery { seq: s, topic, message: Message::new(frames), publisher, timestamp_ns, lost }));
+                }
+                seqlock::Read::Whole(Err(())) => {
+                    self.advance();
+                    return Err(Error::Protocol(format!("corrupt bus slot for sequence {s}")));
+                }
+                seqlock::Read::Overrun => {
+                    let tail = h.tail.load(Acquire);
+                    self.skip_to((s + 1).max(tail.saturating_sub(cap) + 1));
+                }
+                // Below the tail every slot is whole unless a member scribbled on it: skip it, loudly.
+                seqlock::Read::NotYet => {
+                    self.advance();
+                    return Err(Error::Protocol(format!("bus slot for published sequence {s} is not whole")));
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self) {
+        self.next += 1;
+        if self.bus.seg.geometry.backpressure {
+            // RELEASE (pair C1 with the ACQUIRE in `Publisher::scan`).
+            self.bus.seg.member(self.member).cursor.store(self.next, Release);
+        }
+    }
+
+    fn publish_cursor(&self) {
+        let seg = &self.bus.seg;
+        // RELEASE (pair C1): in overwrite mode too, so `info` and tools see where we are.
+        seg.member(self.member).cursor.store(self.next, Release);
+        if seg.geometry.backpressure {
+            seg.header().space_wait.notify();
+        }
+    }
+
+    /// The next matching message, waiting until `deadline`.
+    pub fn recv(&mut self, deadline: Deadline) -> Result<Delivery> {
+        self.usable()?;
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        loop {
+            let polled = self.poll();
+            self.publish_cursor();
+            if let Polled::Delivery(d) = polled? {
+                return Ok(d);
+            }
+            let h = self.bus.seg.header();
+            let next = self.next;
+            let woke = h.tail_wait.wait_for(self.policy, deadline, || (h.tail.load(Acquire) > next).then_some(()));
+            if woke.is_none() {
+                return Err(Error::Timeout("nothing published".into()));
+            }
+        }
+    }
+
+    /// Up to `max` matching messages: waits until `deadline` for the first, then takes what is there.
+    pub fn recv_many(&mut self, max: usize, deadline: Deadline) -> Result<Vec<Delivery>> {
+        self.usable()?;
+        let first = self.recv(deadline)?;
+        let mut out = Vec::with_capacity(max.min(1024));
+        out.push(first);
+        while out.len() < max {
+            match self.poll() {
+                Ok(Polled::Delivery(d)) => out.push(d),
+                Ok(Polled::Nothing) => break,
+                Err(e) => {
+                    self.pending_error = Some(e); // the slot is skipped; the error is the next call's
+                    break;
+                }
+            }
+        }
+        self.publish_cursor();
+        Ok(out)
+    }
+
+    /// Leaves the bus: publishers stop waiting for us at once.
+    pub fn close(&mut self) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        let seg = &self.bus.seg;
+        let _ = seg.member(self.member).owner.compare_exchange(self.id, 0, AcqRel, Relaxed);
+        seg.header().member_epoch.fetch_add(1, AcqRel);
+        seg.header().space_wait.notify();
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+//! In-process tests of the bus (one process, several threads); tests/test_bus.py runs the multi-process
+//! ones (kills, many publishers and subscribers, no leftovers).
+
+use super::*;
+
+fn unique(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("t-{name}-{}-{}", std::process::id(), N.fetch_add(1, Relaxed))
+}
+
+fn options(capacity: u32, backpressure: bool) -> BusOptions {
+    BusOptions { capacity: Some(capacity), max_message_size: Some(256), backpressure: Some(backpressure), ..Default::default() }
+}
+
+fn soon() -> Deadline {
+    Some(Instant::now() + Duration::from_secs(5))
+}
+
+#[test]
+fn publishes_in_order_with_topics_and_frames() {
+    let name = unique("order");
+    let bus = Bus::join(&name, &options(64, false)).unwrap();
+    assert!(bus.created());
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let all = TopicFilter::default();
+    let only_a = TopicFilter { exact: vec![b"a".to_vec()], prefixes: vec![b"md.".to_vec()] };
+    let mut sub_all = Subscriber::join(bus.clone(), all, Start::Latest, &BusOptions::default()).unwrap();
+    let mut sub_a = Subscriber::join(bus.clone(), only_a, Start::Latest, &BusOptions::default()).unwrap();
+    for (i, topic) in [&b"a"[..], b"b", b"md.x", b"ab", b"a"].iter().enumerate() {
+        let s = publisher.publish(topic, &[b"head", &[i as u8; 20]], None).unwrap();
+        assert_eq!(s, i as u64);
+    }
+    let got: Vec<_> = (0..5).map(|_| sub_all.recv(soon()).unwrap()).collect();
+    assert_eq!(got.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(&got[2].topic[..], b"md.x");
+    assert_eq!(got[2].message.frames().len(), 2);
+    assert_eq!(&got[2].message.frames()[1][..], &[2u8; 20][..]);
+    assert_eq!(got[0].publisher, publisher.id);
+    let filtered = sub_a.recv_many(10, soon()).unwrap();
+    assert_eq!(filtered.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![0, 2, 4]);
+    assert!(matches!(sub_all.recv(Some(Instant::now())), Err(Error::Timeout(_))));
+}
+
+#[test]
+fn an_overrun_subscriber_learns_exactly_how_many_it_lost() {
+    let name = unique("lost");
+    let bus = Bus::join(&name, &options(8, false)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    for i in 0..20u64 {
+        publisher.publish(b"t", &[&i.to_le_bytes()], None).unwrap();
+    }
+    // Sequences 0..12 were overwritten (capacity 8, tail 20): the first delivery is 12 and reports 12 lost.
+    let d = sub.recv(soon()).unwrap();
+    assert_eq!((d.seq, d.lost, sub.lost), (12, 12, 12));
+    let rest = sub.recv_many(100, soon()).unwrap();
+    assert_eq!(rest.len(), 7);
+    assert!(rest.iter().all(|d| d.lost == 0));
+    // Replay from a sequence no longer retained reports the gap; from one still there, delivers it.
+    let mut old = Subscriber::join(bus.clone(), TopicFilter::default(), Start::At(3), &BusOptions::default()).unwrap();
+    let d = old.recv(soon()).unwrap();
+    assert_eq!((d.seq, d.lost), (12, 9));
+    let mut oldest = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Oldest, &BusOptions::default()).unwrap();
+    assert_eq!(oldest.recv(soon()).unwrap().seq, 12);
+}
+
+#[test]
+fn backpressure_holds_publishers_for_the_slowest_subscriber() {
+    let name = unique("bp");
+    let bus = Bus::join(&name, &options(4, true)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    for _ in 0..4 {
+        publisher.publish(b"t", &[b"x"], Some(Instant::now())).unwrap();
+    }
+    let full = publisher.publish(b"t", &[b"x"], Some(Instant::now() + Duration::from_millis(20)));
+    assert!(matches!(full, Err(Error::Timeout(_))), "{full:?}");
+    assert_eq!(sub.recv(soon()).unwrap().seq, 0);
+    assert_eq!(publisher.publish(b"t", &[b"x"], Some(Instant::now())).unwrap(), 4);
+    // A blocked publisher resumes as soon as the subscriber leaves.
+    let p = std::thread::spawn(move || publisher.publish(b"t", &[b"x"], soon()));
+    std::thread::sleep(Duration::from_millis(20));
+    sub.close();
+    assert_eq!(p.join().unwrap().unwrap(), 5);
+    assert!(matches!(sub.recv(None), Err(Error::ChannelClosed)));
+}
+
+#[test]
+fn a_joiner_asking_for_another_shape_is_refused() {
+    let name = unique("shape");
+    let _bus = Bus::join(&name, &options(64, false)).unwrap();
+    let e = Bus::join(&name, &options(128, false)).err().unwrap();
+    assert!(matches!(&e, Error::Mismatch(m) if m.contains("capacity 64 (asked 128)")), "{e}");
+    let e = Bus::join(&name, &options(64, true)).err().unwrap();
+    assert!(matches!(&e, Error::Mismatch(m) if m.contains("backpressure")), "{e}");
+    assert!(Bus::join(&name, &BusOptions::default()).is_ok());
+}
+
+#[test]
+fn a_lock_holder_that_dies_is_recovered_and_its_torn_slot_never_delivered() {
+    let name = unique("dead");
+    let bus = Bus::join(&name, &options(16, false)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    publisher.publish(b"t", &[b"first"], None).unwrap();
+    // A thread takes the lock, starts writing sequence 1 and exits holding it: the kernel marks the
+    // robust mutex owner-dead, exactly as for a killed process.
+    let b = bus.clone();
+    std::thread::spawn(move || {
+        let guard = b.seg.lock.lock(None).unwrap().unwrap();
+        b.seg.slot(1).0.stamp.store(seqlock::whole(1) - 1, Relaxed);
+        std::mem::forget(guard);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(bus.info().lock, "recovered");
+    assert_eq!(publisher.publish(b"t", &[b"second"], Some(Instant::now())).unwrap(), 1);
+    let got = sub.recv_many(10, soon()).unwrap();
+    assert_eq!(got.iter().map(|d| &d.message.frames()[0][..]).collect::<Vec<_>>(), vec![&b"first"[..], b"second"]);
+    assert_eq!((bus.info().recoveries, bus.info().lock), (1, "free"));
+}
+
+#[test]
+fn oversized_and_empty_messages_are_refused() {
+    let bus = Bus::join(&unique("big"), &options(4, false)).unwrap();
+    let publisher = Publisher::new(bus, &BusOptions::default());
+    assert!(matches!(publisher.publish(b"t", &[&[0u8; 300]], None), Err(Error::MessageTooLarge { .. })));
+    assert!(matches!(publisher.publish(b"t", &[], None), Err(Error::InvalidOption(_))));
+}
+
+#[test]
+fn names_are_checked() {
+    assert_eq!(parse_uri("bus://ticks.v1").unwrap(), "ticks.v1");
+    for bad in ["bus://", "bus://a/b", "ipc://x", "bus://a b", &format!("bus://{}", "x".repeat(65))] {
+        assert!(matches!(parse_uri(bad), Err(Error::Address(_))), "{bad}");
+    }
+}
+
+#[test]
+fn corrupt_slot_lengths_are_a_protocol_error_not_a_crash() {
+    let bus = Bus::join(&unique("corrupt"), &options(4, false)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    publisher.publish(b"t", &[b"x"], None).unwrap();
+    publisher.publish(b"t", &[b"y"], None).unwrap();
+    bus.seg.slot(0).0.len.store(u32::MAX, Relaxed);
+    assert!(matches!(sub.recv(soon()), Err(Error::Protocol(_))));
+    assert_eq!(&sub.recv(soon()).unwrap().message.frames()[0][..], b"y");
+}
