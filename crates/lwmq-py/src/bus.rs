@@ -268,6 +268,8 @@ impl Delivery {
 pub struct Subscriber {
     inner: Arc<Mutex<Option<core::Subscriber>>>,
     url: String,
+    /// `lost` and `position` as they were at close, so they stay readable after it.
+    at_close: Arc<Mutex<(u64, u64)>>,
 }
 
 impl Subscriber {
@@ -324,7 +326,7 @@ impl Subscriber {
         };
         let bus = join(py, url, &o)?;
         let sub = py.allow_threads(|| core::Subscriber::join(bus, filter, start, &o)).map_err(to_py)?;
-        Ok(Subscriber { inner: Arc::new(Mutex::new(Some(sub))), url: url.to_string() })
+        Ok(Subscriber { inner: Arc::new(Mutex::new(Some(sub))), url: url.to_string(), at_close: Default::default() })
     }
 
     /// The next matching message (a Delivery); raises Timeout when none comes within `timeout`.
@@ -363,16 +365,17 @@ impl Subscriber {
         }
     }
 
-    /// Messages lost (overrun) since joining, in all.
+    /// Messages lost (overrun) since joining, in all (still readable after close).
     #[getter]
-    fn lost(&self) -> PyResult<u64> {
-        self.with(|s| s.lost)
+    fn lost(&self) -> u64 {
+        self.with(|s| s.lost).unwrap_or_else(|_| self.at_close.lock().unwrap().0)
     }
 
-    /// The next sequence number this subscriber will look at (to resume from, e.g. after a restart).
+    /// The next sequence number this subscriber will look at (to resume from, e.g. after a restart;
+    /// still readable after close).
     #[getter]
-    fn position(&self) -> PyResult<u64> {
-        self.with(|s| s.position())
+    fn position(&self) -> u64 {
+        self.with(|s| s.position()).unwrap_or_else(|_| self.at_close.lock().unwrap().1)
     }
 
     #[getter]
@@ -397,8 +400,12 @@ impl Subscriber {
 
     /// Leaves the bus: publishers in backpressure mode stop waiting for this subscriber at once.
     fn close(&self, py: Python<'_>) {
-        let inner = self.inner.clone();
-        py.allow_threads(move || drop(inner.lock().unwrap().take()));
+        let (inner, at_close) = (self.inner.clone(), self.at_close.clone());
+        py.allow_threads(move || {
+            if let Some(s) = inner.lock().unwrap().take() {
+                *at_close.lock().unwrap() = (s.lost, s.position());
+            }
+        });
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
