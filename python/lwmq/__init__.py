@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _core
 from ._core import (
-    Channel, Delivery, Frame, Listener, Loan, Message, Publisher, Queue, RawLink, RawListener, Subscriber,
+    Batch, Channel, Delivery, Frame, Listener, Loan, Message, Publisher, Queue, RawLink, RawListener, Subscriber,
     build_profile,
 )
 from .errors import (
@@ -76,5 +76,5 @@ __all__ = [
     "Message", "Frame", "Channel", "Listener", "Loan", "Queue", "RawLink", "RawListener", "listen", "connect",
     "raw_listen", "raw_connect", "transports", "TransportInfo", "build_profile", "__version__",
     "Error", "Timeout", "MessageTooLarge", "AddressError", "UnsupportedScheme", "AddressInUse", "PeerGone",
-    "ChannelClosed", "ProtocolError", "QueueFull", "BusMismatch", "Publisher", "Subscriber", "Delivery",
+    "ChannelClosed", "ProtocolError", "QueueFull", "BusMismatch", "Publisher", "Subscriber", "Delivery", "Batch",
 ]

@@ -264,6 +264,81 @@ impl Delivery {
     }
 }
 
+/// Many deliveries as one object: per-message Python objects are made only when asked for (indexing,
+/// iteration); the columns (`seqs`, `sizes`, ...) come as `array.array("Q")` in one call each.
+#[pyclass(frozen, sequence, module = "lwmq._core")]
+pub struct Batch {
+    items: Vec<core::Delivery>,
+}
+
+fn u64_array<'py>(py: Python<'py>, values: impl Iterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
+    static ARRAY: pyo3::sync::GILOnceCell<PyObject> = pyo3::sync::GILOnceCell::new();
+    let array = ARRAY.get_or_try_init(py, || py.import("array")?.getattr("array").map(Bound::unbind))?;
+    let bytes: Vec<u8> = values.flat_map(u64::to_ne_bytes).collect();
+    array.bind(py).call1(("Q", PyBytes::new(py, &bytes)))
+}
+
+#[pymethods]
+impl Batch {
+    fn __len__(&self) -> usize {
+        self.items.len()
+    }
+
+    fn __getitem__(&self, index: isize) -> PyResult<Delivery> {
+        let n = self.items.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if !(0..n).contains(&i) {
+            return Err(pyo3::exceptions::PyIndexError::new_err("batch index out of range"));
+        }
+        Ok(Delivery { inner: self.items[i as usize].clone() })
+    }
+
+    fn __iter__(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let list = pyo3::types::PyList::new(py, self.items.iter().map(|d| Delivery { inner: d.clone() }))?;
+        Ok(list.try_iter()?.into_any().unbind())
+    }
+
+    /// Global sequence numbers.
+    #[getter]
+    fn seqs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        u64_array(py, self.items.iter().map(|d| d.seq))
+    }
+
+    /// Payload bytes of each message (over all its frames).
+    #[getter]
+    fn sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        u64_array(py, self.items.iter().map(|d| d.message.nbytes() as u64))
+    }
+
+    #[getter]
+    fn publishers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        u64_array(py, self.items.iter().map(|d| d.publisher))
+    }
+
+    #[getter]
+    fn timestamps_ns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        u64_array(py, self.items.iter().map(|d| d.timestamp_ns))
+    }
+
+    #[getter]
+    fn topics<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        self.items.iter().map(|d| PyBytes::new(py, &d.topic)).collect()
+    }
+
+    /// Messages lost (overrun) just before or between the messages of this batch.
+    #[getter]
+    fn lost(&self) -> u64 {
+        self.items.iter().map(|d| d.lost).sum()
+    }
+
+    fn __repr__(&self) -> String {
+        match (self.items.first(), self.items.last()) {
+            (Some(a), Some(b)) => format!("<lwmq.Batch of {} (seq {}..{})>", self.items.len(), a.seq, b.seq),
+            _ => "<lwmq.Batch of 0>".into(),
+        }
+    }
+}
+
 #[pyclass(frozen, module = "lwmq._core")]
 pub struct Subscriber {
     inner: Arc<Mutex<Option<core::Subscriber>>>,
@@ -276,6 +351,25 @@ impl Subscriber {
     fn with<T>(&self, f: impl FnOnce(&mut core::Subscriber) -> T) -> PyResult<T> {
         let mut guard = self.inner.lock().unwrap();
         guard.as_mut().map(f).ok_or_else(closed)
+    }
+
+    /// Runs a receive: first without waiting and with the GIL kept (cheap when something is there),
+    /// then, if `timeout` allows, blocking without the GIL. A timeout comes back as `Ok(None)`.
+    fn receive<T: Send>(&self, py: Python<'_>, timeout: Option<f64>, op: impl Fn(&mut core::Subscriber, lwmq_core::sync::Deadline) -> Result<T, Error> + Send + Sync) -> PyResult<Option<T>> {
+        match self.with(|s| op(s, lwmq_core::sync::no_wait()))? {
+            Err(Error::Timeout(_)) if timeout != Some(0.0) => {}
+            Err(Error::Timeout(_)) => return Ok(None),
+            other => return other.map(Some).map_err(to_py),
+        }
+        let inner = self.inner.clone();
+        let got = blocking::run(py, deadline(timeout)?, is_timeout, |d| {
+            inner.lock().unwrap().as_mut().ok_or(Error::ChannelClosed).and_then(|s| op(s, d))
+        }, to_py);
+        match got {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if crate::errors::is(py, &e, "Timeout") => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -332,11 +426,10 @@ impl Subscriber {
     /// The next matching message (a Delivery); raises Timeout when none comes within `timeout`.
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Delivery> {
-        let inner = self.inner.clone();
-        let got = blocking::run(py, deadline(timeout)?, is_timeout, |d| {
-            inner.lock().unwrap().as_mut().ok_or(Error::ChannelClosed).and_then(|s| s.recv(d))
-        }, to_py)?;
-        Ok(Delivery { inner: got })
+        match self.receive(py, timeout, |s, d| s.recv(d))? {
+            Some(inner) => Ok(Delivery { inner }),
+            None => Err(to_py(Error::Timeout("nothing published".into()))),
+        }
     }
 
     /// Up to `max_messages` deliveries: waits up to `timeout` for the first, then takes what is there.
@@ -345,15 +438,18 @@ impl Subscriber {
         if max_messages == 0 {
             return Err(PyValueError::new_err("max_messages must be at least 1"));
         }
-        let inner = self.inner.clone();
-        let got = blocking::run(py, deadline(timeout)?, is_timeout, |d| {
-            inner.lock().unwrap().as_mut().ok_or(Error::ChannelClosed).and_then(|s| s.recv_many(max_messages, d))
-        }, to_py);
-        match got {
-            Ok(v) => Ok(v.into_iter().map(|inner| Delivery { inner }).collect()),
-            Err(e) if crate::errors::is(py, &e, "Timeout") => Ok(Vec::new()),
-            Err(e) => Err(e),
+        let got = self.receive(py, timeout, |s, d| s.recv_many(max_messages, d))?.unwrap_or_default();
+        Ok(got.into_iter().map(|inner| Delivery { inner }).collect())
+    }
+
+    /// Like `recv_many`, as one Batch (no Python object per message unless asked for); empty on timeout.
+    #[pyo3(signature = (max_messages=65536, timeout=0.0))]
+    fn recv_batch(&self, py: Python<'_>, max_messages: usize, timeout: Option<f64>) -> PyResult<Batch> {
+        if max_messages == 0 {
+            return Err(PyValueError::new_err("max_messages must be at least 1"));
         }
+        let items = self.receive(py, timeout, |s, d| s.recv_many(max_messages, d))?.unwrap_or_default();
+        Ok(Batch { items })
     }
 
     /// A delivery if one is there now, else None.

@@ -136,6 +136,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bus::Publisher>()?;
     m.add_class::<bus::Subscriber>()?;
     m.add_class::<bus::Delivery>()?;
+    m.add_class::<bus::Batch>()?;
     m.add_class::<message::Message>()?;
     m.add_class::<message::Frame>()?;
     m.add_class::<channel::Channel>()?;

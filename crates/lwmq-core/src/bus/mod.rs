@@ -35,6 +35,12 @@ pub const DEFAULT_CAPACITY: u32 = 16384;
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 1024;
 /// A publisher blocked by backpressure re-checks whether the laggards are alive this often.
 const REAP_EVERY: Duration = Duration::from_millis(5);
+/// A batch publish moves the tail (making messages visible) at least this often.
+const PUBLISH_EVERY: usize = 64;
+/// A subscriber copies messages into chunks of this size (one allocation for many messages).
+const ARENA: usize = 64 * 1024;
+/// Within a long batch, a subscriber publishes its cursor this often (backpressure).
+const CURSOR_EVERY: usize = 256;
 
 pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
@@ -157,15 +163,20 @@ impl Bus {
         Ok(Some(guard))
     }
 
-    /// The dead holder was appending sequence `tail`. If its slot is whole, it only missed publishing
-    /// it: publish it now. Otherwise the slot is torn (odd stamp) and invisible to readers, since the
-    /// tail never passed it; the next append rewrites it.
+    /// The dead holder was appending from sequence `tail` on. Slots it finished (whole stamps, in
+    /// sequence) only missed being published: publish them now. The first slot it did not finish is
+    /// torn (odd stamp) and invisible to readers, since the tail never passed it; the next append
+    /// rewrites it.
     fn repair(&self) {
         let h = self.seg.header();
-        let s = h.tail.load(Relaxed);
-        if self.seg.slot(s).0.stamp.load(Acquire) == seqlock::whole(s) {
+        let tail = h.tail.load(Relaxed);
+        let mut s = tail;
+        while s - tail < self.seg.geometry.capacity as u64 && self.seg.slot(s).0.stamp.load(Acquire) == seqlock::whole(s) {
+            s += 1;
+        }
+        if s > tail {
             // RELEASE (pair B3): as in `append`.
-            h.tail.store(s + 1, Release);
+            h.tail.store(s, Release);
             h.tail_wait.notify();
         }
         h.recoveries.fetch_add(1, Relaxed);
@@ -184,7 +195,7 @@ impl Bus {
             Ok(None) => "held",
             Err(_) => "unrecoverable",
         };
-        let subscribers = (0..MAX_MEMBERS).filter(|&i| self.seg.member(i).owner.load(Acquire) != 0).count();
+        let subscribers = (0..self.seg.members_high()).filter(|&i| self.seg.member(i).owner.load(Acquire) != 0).count();
         BusInfo {
             tail: h.tail.load(Acquire),
             geometry: self.seg.geometry,
@@ -271,19 +282,25 @@ impl Publisher {
         while done < items.len() {
             let Some(guard) = self.bus.lock(deadline)? else { return Ok(()) };
             let start = done;
+            let now = now_ns(); // one clock read per lock hold: a batch shares its publish time
+            let mut s = h.tail.load(Relaxed);
             while done < items.len() {
-                let s = h.tail.load(Relaxed);
                 if seg.geometry.backpressure && !self.room_for(s) {
                     break;
                 }
                 let (topic, frames) = items[done];
-                self.write_slot(s, topic, frames);
-                // RELEASE (pair B3 with the ACQUIRE tail loads in `Subscriber::poll`): the slot before the
-                // tail that covers it.
-                h.tail.store(s + 1, Release);
+                self.write_slot(s, now, topic, frames);
                 on_sent(s);
                 done += 1;
+                s += 1;
+                if (done - start) % PUBLISH_EVERY == 0 {
+                    // RELEASE (pair B3 with the ACQUIRE tail loads in `Subscriber::poll`): the slots
+                    // before the tail that covers them.
+                    h.tail.store(s, Release);
+                }
             }
+            // RELEASE (pair B3): as above, for the rest of this hold.
+            h.tail.store(s, Release);
             drop(guard);
             if done > start {
                 h.tail_wait.notify();
@@ -295,12 +312,12 @@ impl Publisher {
         Ok(())
     }
 
-    fn write_slot(&self, s: u64, topic: &[u8], frames: &[&[u8]]) {
+    fn write_slot(&self, s: u64, now: u64, topic: &[u8], frames: &[&[u8]]) {
         let (slot, payload) = self.bus.seg.slot(s);
         let stall = self.debug_stall;
         seqlock::write(&slot.stamp, s, || {
             slot.publisher.store(self.id, Relaxed);
-            slot.timestamp_ns.store(now_ns(), Relaxed);
+            slot.timestamp_ns.store(now, Relaxed);
             slot.len.store(encoded_len(topic, frames) as u32, Relaxed);
             slot.topic_len.store(topic.len() as u16, Relaxed);
             slot.nframes.store(frames.len() as u16, Relaxed);
@@ -336,7 +353,7 @@ impl Publisher {
         let tail = seg.header().tail.load(Relaxed);
         let cap = seg.geometry.capacity as u64;
         let mut min = u64::MAX;
-        for i in 0..MAX_MEMBERS {
+        for i in 0..seg.members_high() {
             let m = seg.member(i);
             // ACQUIRE (pair M1 with the RELEASE in `Subscriber::join`): the member's fields before its owner.
             let owner = m.owner.load(Acquire);
@@ -435,6 +452,9 @@ pub struct Subscriber {
     pub lost: u64,
     /// A corrupt slot met after a batch had started: reported by the next call.
     pending_error: Option<Error>,
+    /// Received messages are copied here, many per allocation (the arena's chunks are freed when the
+    /// last message copied into them is dropped).
+    arena: bytes::BytesMut,
     closed: bool,
 }
 
@@ -471,6 +491,8 @@ impl Subscriber {
                 m.start.store(started, Relaxed);
                 // RELEASE (pair M1 with the ACQUIRE in `Publisher::scan`): the fields above before the owner.
                 if m.owner.compare_exchange(owner, id, Release, Relaxed).is_ok() {
+                    // Before the epoch bump below, so a publisher that rescans for it scans this slot.
+                    h.members_high.fetch_max(i as u32 + 1, AcqRel);
                     member = Some(i);
                     break;
                 }
@@ -483,7 +505,7 @@ impl Subscriber {
             return Err(Error::InvalidOption(format!("bus://{} already has {MAX_MEMBERS} subscribers", bus.name)));
         };
         h.member_epoch.fetch_add(1, AcqRel);
-        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, closed: false })
+        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, arena: bytes::BytesMut::new(), closed: false })
     }
 
     pub fn bus(&self) -> &Arc<Bus> {
@@ -511,13 +533,29 @@ impl Subscriber {
         }
     }
 
+    /// Copies `len` bytes at `src` into the arena, 8-byte aligned; returns where they start.
+    fn copy_in(&mut self, src: *const u8, len: usize) -> usize {
+        let pad = self.arena.len().next_multiple_of(8) - self.arena.len();
+        if self.arena.capacity() - self.arena.len() < pad + len {
+            self.arena = bytes::BytesMut::with_capacity(ARENA.max(len));
+        }
+        let at = self.arena.len().next_multiple_of(8);
+        self.arena.resize(at, 0);
+        // SAFETY: the caller passes a slot's payload area with `len` <= max_message_size (checked). The
+        // bytes may be overwritten while we copy (another process writes them); such a copy is then
+        // discarded by the stamp re-check (see `poll`), never interpreted.
+        self.arena.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+        at
+    }
+
     /// Looks at the ring once: a delivery, or nothing available now.
     fn poll(&mut self) -> Result<Polled> {
-        let bus = self.bus.clone();
+        let bus = Arc::clone(&self.bus);
         let seg = &bus.seg;
         let h = seg.header();
         let cap = seg.geometry.capacity as u64;
         let max = seg.geometry.max_message_size as usize;
+        let filter_all = self.filter.exact.is_empty() && self.filter.prefixes.is_empty();
         loop {
             // ACQUIRE (pair B3 with the RELEASE tail store in `Publisher::append`).
             let tail = h.tail.load(Acquire);
@@ -529,61 +567,58 @@ impl Subscriber {
             }
             let s = self.next;
             let (slot, payload) = seg.slot(s);
-            let filter = &self.filter;
+            let mark = self.arena.len();
             let read = seqlock::read(&slot.stamp, s, || {
                 let len = slot.len.load(Relaxed) as usize;
                 let topic_len = slot.topic_len.load(Relaxed) as usize;
                 if len > max || topic_len > len {
                     return Err(());
                 }
-                // SAFETY: `payload` is this slot's area of max_message_size bytes and topic_len <= len <=
-                // max (checked). The bytes may be overwritten while we copy (another process writes them);
-                // the copy is then discarded by the stamp re-check, never interpreted.
-                let topic = unsafe { std::slice::from_raw_parts(payload, topic_len) }.to_vec();
-                if !filter.matches(&topic) {
-                    return Ok(None);
+                if !filter_all {
+                    // SAFETY: topic_len <= max (checked) bytes of this slot's payload area; torn bytes
+                    // only make a wrong match, which the stamp re-check throws away.
+                    let topic = unsafe { std::slice::from_raw_parts(payload, topic_len) };
+                    if !self.filter.matches(topic) {
+                        return Ok(None);
+                    }
                 }
-                // SAFETY: as above, `len` bytes from the slot's payload area.
-                let bytes = Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(payload, len) });
+                let at = self.copy_in(payload, len);
                 let meta = (slot.publisher.load(Relaxed), slot.timestamp_ns.load(Relaxed), topic_len, slot.nframes.load(Relaxed) as usize);
-                Ok(Some((bytes, meta)))
+                Ok(Some((at, meta)))
             });
             match read {
-                seqlock::Read::Whole(Ok(None)) => self.advance(),
-                seqlock::Read::Whole(Ok(Some((bytes, (publisher, timestamp_ns, topic_len, nframes))))) => {
-                    self.advance();
-                    let (topic, frames) = segment::split_payload(&bytes, topic_len, nframes)?;
+                seqlock::Read::Whole(Ok(None)) => self.next += 1,
+                seqlock::Read::Whole(Ok(Some((at, (publisher, timestamp_ns, topic_len, nframes))))) => {
+                    self.next += 1;
+                    let message = self.arena.split().freeze().slice(at - mark..);
+                    let (topic, frames) = segment::split_payload(&message, topic_len, nframes)?;
                     let lost = std::mem::take(&mut self.pending_lost);
                     return Ok(Polled::Delivery(Delivery { seq: s, topic, message: Message::new(frames), publisher, timestamp_ns, lost }));
                 }
                 seqlock::Read::Whole(Err(())) => {
-                    self.advance();
+                    self.next += 1;
                     return Err(Error::Protocol(format!("corrupt bus slot for sequence {s}")));
                 }
                 seqlock::Read::Overrun => {
+                    self.arena.truncate(mark);
                     let tail = h.tail.load(Acquire);
                     self.skip_to((s + 1).max(tail.saturating_sub(cap) + 1));
                 }
                 // Below the tail every slot is whole unless a member scribbled on it: skip it, loudly.
                 seqlock::Read::NotYet => {
-                    self.advance();
+                    self.arena.truncate(mark);
+                    self.next += 1;
                     return Err(Error::Protocol(format!("bus slot for published sequence {s} is not whole")));
                 }
             }
         }
     }
 
-    fn advance(&mut self) {
-        self.next += 1;
-        if self.bus.seg.geometry.backpressure {
-            // RELEASE (pair C1 with the ACQUIRE in `Publisher::scan`).
-            self.bus.seg.member(self.member).cursor.store(self.next, Release);
-        }
-    }
-
+    /// Publishes how far we have read, so backpressure lets publishers reuse the slots behind us.
     fn publish_cursor(&self) {
         let seg = &self.bus.seg;
-        // RELEASE (pair C1): in overwrite mode too, so `info` and tools see where we are.
+        // RELEASE (pair C1 with the ACQUIRE in `Publisher::scan`): our copies of the slots below the
+        // cursor before publishers may overwrite them. Stored in overwrite mode too, for `info`.
         seg.member(self.member).cursor.store(self.next, Release);
         if seg.geometry.backpressure {
             seg.header().space_wait.notify();
@@ -618,6 +653,9 @@ impl Subscriber {
         let mut out = Vec::with_capacity(max.min(1024));
         out.push(first);
         while out.len() < max {
+            if out.len() % CURSOR_EVERY == 0 {
+                self.publish_cursor(); // a long batch lets blocked publishers go on as it reads
+            }
             match self.poll() {
                 Ok(Polled::Delivery(d)) => out.push(d),
                 Ok(Polled::Nothing) => break,

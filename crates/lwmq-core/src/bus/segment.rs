@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::sync::WaitWord;
 use crossbeam_utils::CachePadded;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering::Acquire;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"LWMQBUS\0");
@@ -49,6 +50,8 @@ pub struct Header {
     pub space_wait: CachePadded<WaitWord>,
     /// Bumped whenever a subscriber joins or leaves, so publishers rescan cursors.
     pub member_epoch: CachePadded<AtomicU64>,
+    /// One past the highest member slot ever used: scans stop there (a hint; clamped to MAX_MEMBERS).
+    pub members_high: AtomicU32,
     pub next_member_id: AtomicU64,
     /// How many times a locker found the lock owner-dead and repaired the ring.
     pub recoveries: AtomicU64,
@@ -237,6 +240,11 @@ impl Segment {
         // SAFETY: the member table lies between HEADER_REGION and slots_at, inside the mapping (checked
         // size); Member is atomics only, any bit pattern valid.
         unsafe { &*(self.map.as_ptr().add(HEADER_REGION + i * std::mem::size_of::<Member>()) as *const Member) }
+    }
+
+    /// How many member slots scans must look at.
+    pub fn members_high(&self) -> usize {
+        (self.header().members_high.load(Acquire) as usize).min(MAX_MEMBERS)
     }
 
     /// The slot a sequence number lands in: its header and its payload area.
