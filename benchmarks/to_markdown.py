@@ -38,6 +38,13 @@ def main(path: str) -> None:
             m = r["median"]
             print(f"| {r['contender']} | {size(r['size'])} | {m['p50_us']:.1f} | {m['p99_us']:.1f} | {m['p999_us']:.1f} |")
     print()
+    pubsub = [r for r in data["results"] if r["kind"] == "pubsub" and "median" in r]
+    if pubsub:
+        print("| publish/subscribe, 64 B | publishers x subscribers | delivered messages/s |")
+        print("| --- | --- | ---: |")
+        for r in pubsub:
+            print(f"| {r['contender']} | {'4 x 4' if '4x4' in r['contender'] else '1 x 1'} | {r['median']['messages_per_s']:,.0f} |")
+        print()
     print("| target | measured | needed | met |")
     print("| --- | ---: | ---: | --- |")
     for t in targets(data):

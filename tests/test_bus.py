@@ -326,3 +326,19 @@ def test_iteration_ends_when_the_subscriber_is_closed(bus):
             pub.publish(b"t", bytes([i]))
         threading.Timer(0.2, sub.close).start()
         assert [d.message[0].tobytes() for d in sub] == [b"\0", b"\1", b"\2"]
+
+
+def test_recv_batch_gives_columns_and_deliveries(bus):
+    with lwmq.Subscriber(bus) as sub, lwmq.Publisher(bus) as pub:
+        assert len(sub.recv_batch(timeout=0)) == 0
+        n = pub.publish_many([(f"t{i % 3}", [b"h", bytes(i)]) for i in range(10)])
+        assert n == 10
+        batch = sub.recv_batch(timeout=1)
+        assert len(batch) == 10 and batch.lost == 0
+        assert list(batch.seqs) == list(range(10))
+        assert list(batch.sizes) == [1 + i for i in range(10)]
+        assert set(batch.publishers) == {pub.id} and len(set(batch.timestamps_ns)) == 1  # one publish time
+        assert batch.topics == [f"t{i % 3}".encode() for i in range(10)]
+        assert batch[-1].seq == 9 and [d.seq for d in batch] == list(range(10))
+        with pytest.raises(IndexError):
+            batch[10]

@@ -101,7 +101,10 @@ impl Publisher {
 #[pymethods]
 impl Publisher {
     #[new]
-    #[pyo3(signature = (url, *, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=false, timeout=Some(5.0), debug_stall_us=None))]
+    #[pyo3(
+        signature = (url, *, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=false, timeout=Some(5.0), debug_stall_us=None),
+        text_signature = "(url, *, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=False, timeout=5.0, debug_stall_us=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -397,7 +400,10 @@ fn topic_list(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Vec<u8>>> {
 #[pymethods]
 impl Subscriber {
     #[new]
-    #[pyo3(signature = (url, topics=None, *, prefixes=None, start=None, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=false, timeout=Some(5.0)))]
+    #[pyo3(
+        signature = (url, topics=None, *, prefixes=None, start=None, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=false, timeout=Some(5.0)),
+        text_signature = "(url, topics=None, *, prefixes=None, start=None, capacity=None, max_message_size=None, backpressure=None, spin_us=None, busy_poll=False, timeout=5.0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

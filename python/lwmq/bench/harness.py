@@ -13,8 +13,20 @@ import statistics
 import time
 from typing import Any
 
-from . import peers
+# numpy (memcpy reference) must not leave OpenBLAS threads spinning beside the contenders.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from . import bus, peers
 from .peers import CONTENDERS, Contender
+
+# Publish-to-delivery round trips over two buses (two PUB/SUB pairs for pyzmq), 64 B.
+BUS_LATENCY = [
+    Contender("lwmq bus", "latency", bus.lwmq_bus_ping, bus.lwmq_bus_pong, sizes=(bus.SIZE,), module="lwmq"),
+    Contender("pyzmq PUB/SUB ipc", "latency", bus.zmq_pubsub_ping, bus.zmq_pubsub_pong, sizes=(bus.SIZE,), module="zmq"),
+]
+ALL = [*CONTENDERS, *BUS_LATENCY, *bus.PUBSUB]
+# Messages per publisher in a publish/subscribe run (full mode), by layout.
+PUBSUB_COUNTS = {(1, 1): 1_000_000, (4, 4): 250_000}
 
 SIZES = (16, 256, 4096, 65536, 1 << 20)
 LATENCY_SIZES = (16, 4096)
@@ -25,7 +37,7 @@ CASE_TIMEOUT = 180.0
 _ids = itertools.count()
 
 
-def available(c: Contender) -> str | None:
+def available(c: Any) -> str | None:
     """None if the contender can run here, else why not."""
     if c.module and importlib.util.find_spec(c.module) is None:
         return f"python module {c.module!r} is not installed"
@@ -40,6 +52,10 @@ def _free_port() -> int:
 
 def _address(c: Contender) -> str:
     tag = f"lwmq-bench-{os.getpid()}-{next(_ids)}"
+    if c.name.startswith("lwmq bus"):
+        return f"bus://{tag}"
+    if "PUB/SUB" in c.name:
+        return tag  # the pub/sub roles derive their ipc://@ addresses from it
     if c.name.startswith("lwmq"):
         return f"ipc://{tag}"
     if "tcp" in c.name:
@@ -55,7 +71,7 @@ IDLE = Contender("lwmq ipc idle", "idle", peers.lwmq_idle_connect, peers.lwmq_id
 
 
 def _role(name: str, kind: str, role: str, spec: dict, results: Any) -> None:
-    contender = IDLE if kind == "idle" else next(c for c in CONTENDERS if c.name == name and c.kind == kind)
+    contender = IDLE if kind == "idle" else next(c for c in ALL if c.name == name and c.kind == kind)
     try:
         results.put((role, "ok", getattr(contender, role)(spec)))
     except BaseException as e:  # noqa: BLE001 - reported by the harness
@@ -118,6 +134,72 @@ def run_case(c: Contender, size: int, count: int, warmup: int | None = None, bot
     return outcome[measuring][1]
 
 
+def _pubsub_role(name: str, role: str, spec: dict, results: Any) -> None:
+    contender = next(c for c in bus.PUBSUB if c.name == name)
+    try:
+        results.put((role, "ok", getattr(contender, "publish" if role.startswith("p") else "subscribe")(spec)))
+    except BaseException as e:  # noqa: BLE001 - reported by the harness
+        results.put((role, "error", f"{type(e).__name__}: {e}"))
+
+
+def run_pubsub_case(c: bus.PubSub, count: int) -> dict:
+    """P publisher and S subscriber processes; `count` messages per publisher, each delivered to every
+    subscriber. Returns aggregate delivered messages/s, first delivery to last across subscribers."""
+    ctx = multiprocessing.get_context("spawn")
+    publishers, subscribers = c.layout
+    spec: dict[str, Any] = {
+        "size": bus.SIZE, "count": count, "publishers": publishers, "address": _address(c), "options": c.options,
+        "ready": ctx.Value("i", 0), "go": ctx.Event(), "finished": ctx.Event(),
+    }
+    results = ctx.Queue()
+    roles = [f"s{i}" for i in range(subscribers)] + [f"p{i}" for i in range(publishers)]
+    procs = {}
+    for role in roles:  # subscribers first: they join before anything is published
+        procs[role] = ctx.Process(target=_pubsub_role, args=(c.name, role, {**spec, "index": int(role[1:])}, results), daemon=True)
+        procs[role].start()
+    outcome: dict[str, tuple[str, Any]] = {}
+    deadline = time.monotonic() + CASE_TIMEOUT
+    try:
+        while spec["ready"].value < len(roles):
+            if time.monotonic() > deadline or not all(p.is_alive() for p in procs.values()):
+                raise RuntimeError(f"{c.name}: {spec['ready'].value} of {len(roles)} members got ready")
+            time.sleep(0.01)
+        spec["go"].set()
+        while len(outcome) < len(roles):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(roles) - set(outcome))
+                raise TimeoutError(f"{c.name} did not finish within {CASE_TIMEOUT:.0f} s (no result from {missing})")
+            try:
+                role, status, value = results.get(timeout=min(left, 1.0))
+            except queue_module.Empty:
+                continue
+            outcome[role] = (status, value)
+            if status == "error":
+                break
+            if all(r in outcome for r in roles if r.startswith("s")):
+                spec["finished"].set()  # pyzmq publishers may close now
+    finally:
+        spec["finished"].set()
+        for p in procs.values():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+    errors = [f"{r}: {v}" for r, (s_, v) in outcome.items() if s_ == "error"]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    subs = [v for r, (_, v) in outcome.items() if r.startswith("s")]
+    delivered = sum(v["delivered"] for v in subs)
+    expected = count * publishers * subscribers
+    if delivered != expected or any(v["lost"] for v in subs):
+        raise RuntimeError(f"{c.name}: delivered {delivered} of {expected}, lost {sum(v['lost'] for v in subs)}")
+    elapsed = max(v["last"] for v in subs) - min(v["first"] for v in subs)
+    rate = delivered / max(elapsed, 1e-9)
+    return {"messages_per_s": rate, "gb_per_s": rate * bus.SIZE / 1e9, "seconds": elapsed, "checked": delivered}
+
+
 def idle_cpu() -> dict:
     """CPU used by each side of an idle ipc channel, both blocked in recv, as a fraction of one core."""
     sides = run_case(IDLE, 16, 1, both=True)
@@ -142,14 +224,14 @@ def memcpy_bandwidth() -> dict:
     return out
 
 
-def plan(quick: bool, only: list[str] | None = None, scale: float = 1.0) -> list[tuple[Contender, int, int]]:
+def plan(quick: bool, only: list[str] | None = None, scale: float = 1.0) -> list[tuple[Any, int, int]]:
     cases = []
-    for c in CONTENDERS:
+    for c in ALL:
         if only and not any(o.lower() in c.name.lower() for o in only):
             continue
-        sizes = LATENCY_SIZES if c.kind == "latency" else (c.sizes or SIZES)
+        sizes = c.sizes or (LATENCY_SIZES if c.kind == "latency" else SIZES)
         for size in sizes:
-            base = ROUND_TRIPS if c.kind == "latency" else COUNTS[size]
+            base = {"latency": ROUND_TRIPS, "pubsub": PUBSUB_COUNTS.get(getattr(c, "layout", None), 0)}.get(c.kind) or COUNTS[size]
             count = max(20, int(base * scale / (5 if quick else 1)))
             cases.append((c, size, count))
     return cases
@@ -169,7 +251,7 @@ def run(quick: bool, repetitions: int, only: list[str] | None = None, progress: 
         runs, errors = [], []
         for _ in range(repetitions):
             try:
-                runs.append(run_case(c, size, count))
+                runs.append(run_pubsub_case(c, count) if c.kind == "pubsub" else run_case(c, size, count))
             except Exception as e:  # noqa: BLE001 - a failed case is reported, not hidden
                 errors.append(str(e))
             if progress:

@@ -66,6 +66,17 @@ def targets(data: dict) -> list[dict]:
     add("RTT p99 / own p50, 16 B, default", ratio(lat("lwmq ipc", 16, "p99_us"), lat("lwmq ipc", 16)), 10.0, False)
     idle = data.get("idle_cpu_fraction")
     add("idle channel: CPU of the busier side (fraction of a core)", max(idle.values()) if idle else None, 0.01, False)
+    ps = lambda c: _median(data, c, "pubsub", 64, "messages_per_s")  # noqa: E731
+    for layout, peer in (("", "pyzmq PUB/SUB ipc"), ("4x4 ", "pyzmq PUB/SUB ipc 4x4")):
+        best = max(
+            ((r["contender"], r["median"]["messages_per_s"]) for r in data["results"]
+             if r["kind"] == "pubsub" and "median" in r and r["contender"].startswith(f"lwmq bus {layout}")
+             and (layout or not r["contender"].startswith("lwmq bus 4x4"))),
+            key=lambda x: x[1], default=None,
+        )
+        add(f"bus {layout or '1x1 '}64 B delivered vs {peer}", ratio(best[1] if best else None, ps(peer)), 5.0,
+            basis=best[0].removeprefix("lwmq bus ") if best else "")
+    add("bus RTT p50 64 B vs pyzmq PUB/SUB ipc", ratio(lat("lwmq bus", 64), lat("pyzmq PUB/SUB ipc", 64)), 0.2, False)
     return rows
 
 
@@ -100,6 +111,16 @@ def print_report(data: dict, console: Console | None = None) -> None:
             else:
                 lt.add_row(r["contender"], _fmt_size(r["size"]), "[red]failed[/]", "", "")
     console.print(lt)
+    pubsub = [r for r in data["results"] if r["kind"] == "pubsub"]
+    if pubsub:
+        pt = Table(title="Publish/subscribe, 64 B: messages delivered per second, all subscribers together")
+        for col in ("contender", "publishers x subscribers", "messages/s"):
+            pt.add_column(col, justify="left" if col == "contender" else "right")
+        for r in pubsub:
+            layout = "4 x 4" if "4x4" in r["contender"] else "1 x 1"
+            m = r.get("median", {}).get("messages_per_s")
+            pt.add_row(r["contender"], layout, f"{m:,.0f}" if m else "[red]failed[/]")
+        console.print(pt)
     tt = Table(title="Targets (ratios within this run)")
     for col in ("target", "measured", "needed", "met"):
         tt.add_column(col)
@@ -156,10 +177,30 @@ def plot(data: dict, out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
+    pubsub = [r for r in data["results"] if r["kind"] == "pubsub" and "median" in r]
+    if pubsub:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        names = [r["contender"] for r in pubsub]
+        values = [r["median"]["messages_per_s"] for r in pubsub]
+        colors = ["tab:blue" if n.startswith("lwmq") else "tab:grey" for n in names]
+        ax.barh(range(len(names)), values, color=colors)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("messages delivered per second (all subscribers)")
+        ax.set_title(f"Publish/subscribe, 64 B ({data['mode']} run, median of {data['repetitions']})")
+        ax.grid(True, axis="x", alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / "bus-throughput.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
     lat = [r for r in data["results"] if r["kind"] == "latency" and "median" in r]
     if lat:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
-        for ax, size in zip(axes, (16, 4096)):
+        lat_sizes = sorted({r["size"] for r in lat})
+        fig, axes = plt.subplots(1, len(lat_sizes), figsize=(5.5 * len(lat_sizes), 5), sharey=True, squeeze=False)
+        axes = axes[0]
+        for ax, size in zip(axes, lat_sizes):
             rows = [r for r in lat if r["size"] == size]
             labels = [r["contender"] for r in rows]
             for i, (k, name) in enumerate((("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9"))):

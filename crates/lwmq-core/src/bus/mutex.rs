@@ -8,6 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bytes reserved for the mutex in the segment header.
 pub const RESERVED: usize = 64;
+/// How many times `lock` tries the lock (a few microseconds in all) before sleeping on it.
+const SPIN_TRIES: usize = 64;
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= RESERVED);
 
 pub struct RobustMutex {
@@ -77,10 +79,17 @@ impl RobustMutex {
 
     /// Locks, waiting until `deadline`; `None` when it passed first.
     pub fn lock(&self, deadline: Deadline) -> Result<Option<Guard<'_>>> {
-        // SAFETY: `raw` is a valid process-shared mutex (constructor contract).
-        let rc = unsafe { libc::pthread_mutex_trylock(self.raw) };
-        if rc != libc::EBUSY {
-            return self.locked(rc);
+        // Appends hold the lock for well under a microsecond: poll it briefly before sleeping in the
+        // kernel, which would also make every unlock a FUTEX_WAKE system call.
+        for _ in 0..SPIN_TRIES {
+            // SAFETY: `raw` is a valid process-shared mutex (constructor contract).
+            let rc = unsafe { libc::pthread_mutex_trylock(self.raw) };
+            if rc != libc::EBUSY {
+                return self.locked(rc);
+            }
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
         }
         loop {
             // One-second slices: a deadline of None still wakes to re-check nothing has gone wrong.
