@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 
 /// How long the flusher waits for a buffer before re-checking whether it should stop.
 const FLUSH_SLICE: Duration = Duration::from_millis(50);
-/// How many times `send` re-polls for a free buffer before it queues (about 1–2 µs).
-const SOON_POLLS: usize = 64;
 
 #[derive(Default)]
 struct Counters {
@@ -177,21 +175,6 @@ impl Shared {
             c.bytes_sent.fetch_sub(bytes as u64, Relaxed);
             c.buffers_sent.fetch_sub(1, Relaxed);
         })
-    }
-
-    /// A free buffer now, or after a few polls. When the receiver keeps pace, the pool is dry only for
-    /// the moment a buffer is in flight back to us; waiting that moment out costs less than queueing the
-    /// message (an allocation, and the flusher thread woken on a 2-core machine): 16 B sends went from
-    /// 2.6–3.1 M to 3.0–3.3 M msg/s. The message is not held for company: it ships in the first buffer
-    /// that comes back, as it would from the queue. After the polls it is queued as before.
-    fn acquire_soon(&self) -> Result<TxBuf> {
-        for _ in 0..SOON_POLLS {
-            match self.link.acquire(no_wait()) {
-                Err(Error::Timeout(_)) => std::hint::spin_loop(),
-                other => return other,
-            }
-        }
-        self.link.acquire(no_wait())
     }
 
     fn ring_flusher(&self) {
@@ -400,7 +383,7 @@ impl Channel {
         // ahead of us; one atomic load instead of a scan of every queue.
         if shared.counters.queued.load(Acquire) == 0 {
             while sent < messages.len() {
-                let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.acquire_soon()) {
+                let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(no_wait())) {
                     Ok(buf) => buf,
                     Err(Error::Timeout(_)) => break,
                     Err(e) => {
