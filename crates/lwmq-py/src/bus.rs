@@ -79,6 +79,7 @@ fn info_dict<'py>(py: Python<'py>, bus: &Bus) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("subscribers", i.subscribers)?;
     d.set_item("lock", i.lock)?;
     d.set_item("recoveries", i.recoveries)?;
+    d.set_item("created_ns", i.created_ns)?;
     Ok(d)
 }
 

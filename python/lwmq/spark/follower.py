@@ -29,6 +29,8 @@ class Follower:
         self.url = url
         self.fail_on_data_loss = fail_on_data_loss
         self.spool = Spool(spool_path, url)
+        # A new query starts at what the spool held when it opened (everything after is news to it).
+        self.start_count = self.spool.count
         self.lost = 0
         self.error: BaseException | None = None
         self._lock = threading.Lock()  # the spool

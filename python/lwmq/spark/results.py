@@ -115,7 +115,10 @@ class ResultReceiver:
                     continue
                 except (lwmq.PeerGone, lwmq.ChannelClosed):
                     return
-                reply = self._handle(m)
+                try:
+                    reply = self._handle(m)
+                except Exception as e:  # noqa: BLE001 - a bad message is answered, not fatal
+                    reply = {"error": f"{type(e).__name__}: {e}"}
                 if reply is not None:
                     ch.send(json.dumps(reply).encode())
 
@@ -155,7 +158,7 @@ class ResultReceiver:
                     missing = {t: (len(self._staged.get((sink, t), ())), n) for t, n in parts}
                     return {"error": f"batch {batch}: rows missing for attempts {missing}"}
                 self._cond.wait(left)
-            rows = [row for t, n in parts for row in self._staged[(sink, t)][:n]]
+            rows = [row for t, n in parts for row in self._staged.get((sink, t), [])[:n]]
             # Everything staged for this sink is this batch's (winning or failed attempts): drop it all.
             for key in [k for k in self._staged if k[0] == sink]:
                 del self._staged[key]

@@ -202,6 +202,7 @@ impl Bus {
             subscribers,
             lock,
             recoveries: h.recoveries.load(Relaxed),
+            created_ns: self.seg.created_ns(),
         }
     }
 }
@@ -213,6 +214,8 @@ pub struct BusInfo {
     pub subscribers: usize,
     pub lock: &'static str,
     pub recoveries: u64,
+    /// Identifies this incarnation of the bus name (a bus whose members all left is gone for good).
+    pub created_ns: u64,
 }
 
 // ------------------------------------------------------------------------------------------ publisher

@@ -242,6 +242,11 @@ impl Segment {
         unsafe { &*(self.map.as_ptr().add(HEADER_REGION + i * std::mem::size_of::<Member>()) as *const Member) }
     }
 
+    /// When the bus was created (Unix ns): tells one incarnation of a bus name from the next.
+    pub fn created_ns(&self) -> u64 {
+        self.header().created_unix_ns
+    }
+
     /// How many member slots scans must look at.
     pub fn members_high(&self) -> usize {
         (self.header().members_high.load(Acquire) as usize).min(MAX_MEMBERS)
