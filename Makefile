@@ -23,7 +23,14 @@ $(VENV)/.build-stamp: $(STAMP) $(SRC) Cargo.toml pyproject.toml
 
 build: $(VENV)/.build-stamp
 
-demo: build
+# The Spark extra (pyspark with its sql extra: pyarrow, pandas); Spark needs Java 17+ on the machine.
+SPARK_STAMP := $(VENV)/.spark-stamp
+$(SPARK_STAMP): $(STAMP) pyproject.toml
+	@java -version >/dev/null 2>&1 || { echo "Spark needs Java 17 or newer (java not found)"; exit 1; }
+	$(PY) -m pip install --quiet "pyspark[sql]>=4.2" "pandas<3"
+	touch $@
+
+demo: build $(SPARK_STAMP)
 	$(PY) -m lwmq demo
 
 test: build lint test-rust loom stubtest test-python
@@ -41,7 +48,7 @@ loom:
 stubtest: build
 	$(PY) -m mypy.stubtest lwmq._core --allowlist tests/stubtest-allowlist.txt
 
-test-python: build
+test-python: build $(SPARK_STAMP)
 	$(PY) -m pytest -q
 
 # Benchmarks: lwmq and its peers (pyzmq, iceoryx2, multiprocessing.Pipe, AF_UNIX SEQPACKET) in one run.

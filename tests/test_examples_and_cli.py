@@ -52,7 +52,7 @@ def test_send_and_recv_commands(capsys, uri):
 
 def test_demo_runs_and_checks_its_count():
     out = subprocess.run(
-        [sys.executable, "-m", "lwmq", "demo", "--messages", "20000", "--round-trips", "200"],
+        [sys.executable, "-m", "lwmq", "ping", "--messages", "20000", "--round-trips", "200"],
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr

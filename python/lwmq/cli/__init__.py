@@ -13,11 +13,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"lwmq {__version__} ({build_profile} build)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="two peers exchange messages; prints messages/s and round-trip latency")
-    demo.add_argument("--url", help="transport URI (default: the best available)")
-    demo.add_argument("--messages", type=int, default=1_000_000, help="messages for the throughput run")
-    demo.add_argument("--size", type=int, default=64, help="message size in bytes")
-    demo.add_argument("--round-trips", type=int, default=20_000, help="round trips for the latency run")
+    demo = sub.add_parser(
+        "demo", help="the data pipeline: market-data feed → bus:// → Spark Structured Streaming → lwmq sink → consumer"
+    )
+    demo.add_argument("--rate", type=float, default=2000.0, help="ticks per second the feed publishes")
+    demo.add_argument("--duration", type=float, default=30.0, help="seconds the feed publishes")
+    demo.add_argument("--workdir", help="keep checkpoint, spool and summaries here (default: a temporary folder)")
+
+    ping = sub.add_parser("ping", help="two peers exchange messages; prints messages/s and round-trip latency")
+    ping.add_argument("--url", help="transport URI (default: the best available)")
+    ping.add_argument("--messages", type=int, default=1_000_000, help="messages for the throughput run")
+    ping.add_argument("--size", type=int, default=64, help="message size in bytes")
+    ping.add_argument("--round-trips", type=int, default=20_000, help="round trips for the latency run")
 
     bench = sub.add_parser("bench", help="measure lwmq and its peers (pyzmq, iceoryx2, pipes, sockets) in one run")
     bench.add_argument("--quick", action="store_true", help="fewer messages, one repetition (under 2 minutes)")
@@ -40,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "demo":
+        try:
+            from ..spark.demo import run as run_pipeline
+            import pyspark  # noqa: F401
+        except ImportError:
+            print('lwmq demo runs on Spark: pip install "lwmq[spark]" (make demo does it)', file=sys.stderr)
+            return 2
+        return run_pipeline(args.rate, args.duration, args.workdir)
+    if args.command == "ping":
         from .demo import run
 
         return run(args.url, args.messages, args.size, args.round_trips)

@@ -1,4 +1,4 @@
-"""``lwmq demo``: two peers exchange messages over the best transport available; prints messages/s and
+"""``lwmq ping``: two peers exchange messages over the best transport available; prints messages/s and
 round-trip latency. Across processes when a cross-process transport is built in (ipc://, tcp://),
 otherwise between two threads over inproc:// (and it says so)."""
 

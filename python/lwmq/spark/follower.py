@@ -59,6 +59,11 @@ class Follower:
     def _loss(self, what: str, count: int | None) -> None:
         if count:
             self.lost += count
+            self.spool.meta["lost"] = self.spool.meta.get("lost", 0) + count
+            self.spool._write_meta(self.spool.meta)
+        else:
+            self.spool.meta["lost_unknown"] = self.spool.meta.get("lost_unknown", 0) + 1
+            self.spool._write_meta(self.spool.meta)
         if self.fail_on_data_loss:
             self.error = DataLoss(what + " (set failOnDataLoss=false to count such losses and go on)")
             self._stop.set()

@@ -159,8 +159,12 @@ class LwmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"n": max(end, start["n"])}
 
     def reportLatestOffset(self) -> dict | None:
+        """For the query's progress reports: what is spooled, and how many messages were lost (counted
+        since the spool was made; only with failOnDataLoss=false can a query go on past a loss)."""
         f = self._follower
-        return None if f is None else {"n": f.spool.count}
+        if f is None:
+            return None
+        return {"n": f.spool.count, "lost": f.spool.meta.get("lost", 0), "lost_unknown": f.spool.meta.get("lost_unknown", 0)}
 
     def prepareForTriggerAvailableNow(self) -> None:
         f = self._f()
