@@ -57,18 +57,16 @@ class Follower:
         self._thread.start()
 
     def _loss(self, what: str, count: int | None) -> None:
-        if count:
-            self.lost += count
-            self.spool.meta["lost"] = self.spool.meta.get("lost", 0) + count
-            self.spool._write_meta(self.spool.meta)
-        else:
-            self.spool.meta["lost_unknown"] = self.spool.meta.get("lost_unknown", 0) + 1
-            self.spool._write_meta(self.spool.meta)
         if self.fail_on_data_loss:
             self.error = DataLoss(what + " (set failOnDataLoss=false to count such losses and go on)")
             self._stop.set()
-        else:
-            log.warning("%s; going on (failOnDataLoss=false)", what)
+            return
+        # Going on: the loss is counted for good (spool meta), so a restart does not count it again.
+        key = "lost" if count else "lost_unknown"
+        self.spool.meta[key] = self.spool.meta.get(key, 0) + (count or 1)
+        self.spool._write_meta(self.spool.meta)
+        self.lost += count or 0
+        log.warning("%s; going on (failOnDataLoss=false)", what)
 
     def _take(self, batch) -> None:
         with self._lock:

@@ -97,11 +97,10 @@ def feed(url: str, rate: float, duration: float, totals_path: str | None = None,
             ready.set()
         start = time.monotonic()
         batch = max(1, int(rate / 100))  # 100 bursts a second
-        while True:
+        total = int(rate * duration)
+        while published < total:
             elapsed = time.monotonic() - start
-            if elapsed >= duration:
-                break
-            due = int(min(elapsed, duration) * rate)
+            due = min(total, int(elapsed * rate))
             while published < due:
                 items = []
                 for _ in range(min(batch, due - published)):
@@ -164,3 +163,19 @@ def totals_of(rows: list[dict]) -> dict:
         t["count"] += r["count"]
         t["volume"] += r["volume"]
     return out
+
+
+def _feed_main(argv: list[str]) -> None:
+    """`python -m lwmq.spark.pipeline URL RATE DURATION TOTALS`: a feed process that stays a member of
+    the bus until its standard input closes (tests and scripts own it that way)."""
+    import threading
+
+    url, rate, duration, totals = argv[0], float(argv[1]), float(argv[2]), argv[3]
+    ready, linger = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), linger.set()), daemon=True).start()
+    threading.Thread(target=lambda: (ready.wait(), print("ready", flush=True)), daemon=True).start()
+    feed(url, rate, duration, totals, ready=ready, linger=linger)
+
+
+if __name__ == "__main__":
+    _feed_main(sys.argv[1:])

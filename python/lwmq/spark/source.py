@@ -145,7 +145,15 @@ class LwmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._follower
 
     def initialOffset(self) -> dict:
-        return {"n": self._f().start_count}
+        """Where the query's first micro-batch starts: fixed the first time it is asked and kept in the
+        spool, because Spark asks again (and re-reads batch 0 from it) when it re-runs batch 0 after a
+        restart. A spool belongs to one query (one checkpoint)."""
+        f = self._f()
+        meta = f.spool.meta
+        if "initial" not in meta:
+            meta["initial"] = f.start_count
+            f.spool._write_meta(meta)
+        return {"n": meta["initial"]}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
