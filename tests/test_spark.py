@@ -250,3 +250,13 @@ def test_the_job_runs_on_a_standalone_cluster_through_spark_submit(names, procs,
     log.close()
     assert "Registered app" in (tmp_path / "cluster.log").read_text() or "Launching executor" in (tmp_path / "cluster.log").read_text()
     assert pipeline.totals_of(seen[-1].rows) == {s: {"count": 200, "volume": 400} for s in pipeline.SYMBOLS}
+
+
+def test_the_demo_runs_and_checks_its_totals(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "lwmq", "demo", "--rate", "500", "--duration", "3",
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "ticks published" in out.stdout and "1,500" in out.stdout
+    assert "equal what was published" in out.stdout and "yes" in out.stdout.split("equal what was published")[1][:40]
+    assert "WARN" not in out.stdout + out.stderr  # Spark's own log went to the work dir
+    assert (tmp_path / "spark.log").exists()
