@@ -21,14 +21,19 @@ def test_harness_smoke_run(tmp_path):
     assert set(data["idle_cpu_fraction"]) == {"connector", "listener"}
     kinds = {(r["contender"], r["kind"]) for r in data["results"]}
     assert ("lwmq ipc send", "throughput") in kinds and ("lwmq ipc", "latency") in kinds
+    assert ("lwmq bus 4x4 publish / recv_batch", "pubsub") in kinds and ("pyzmq PUB/SUB ipc", "pubsub") in kinds
+    assert ("lwmq bus", "latency") in kinds
     for r in data["results"]:
         assert r["errors"] == [], r
         (run,) = r["runs"]
         if r["kind"] == "throughput":
             assert run["checked"] == r["count"] and run["messages_per_s"] > 0
+        elif r["kind"] == "pubsub":  # every subscriber gets every publisher's messages
+            deliveries = r["count"] * (16 if "4x4" in r["contender"] else 1)
+            assert run["checked"] == deliveries and run["messages_per_s"] > 0
         else:
             assert run["round_trips"] == r["count"] and 0 < run["p50_us"] <= run["p99_us"] <= run["p999_us"]
     assert all(t["target"] for t in report.targets(data))
-    for name in ("throughput-messages.png", "throughput-bandwidth.png", "latency.png"):
+    for name in ("throughput-messages.png", "throughput-bandwidth.png", "bus-throughput.png", "latency.png"):
         assert (tmp_path / name).stat().st_size > 10_000
     assert "Targets" in out.stdout and "memcpy reference" in out.stdout

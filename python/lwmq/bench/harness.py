@@ -78,6 +78,16 @@ def _role(name: str, kind: str, role: str, spec: dict, results: Any) -> None:
         results.put((role, "error", f"{type(e).__name__}: {e}"))
 
 
+def _reap(procs: Any, results: Any) -> None:
+    """Joins a case's processes, killing any that do not end within 5 s."""
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    results.close()
+
+
 def run_case(c: Contender, size: int, count: int, warmup: int | None = None, both: bool = False) -> Any:
     """One measurement: the two roles in two processes. Returns the measuring side's result."""
     ctx = multiprocessing.get_context("spawn")
@@ -120,12 +130,7 @@ def run_case(c: Contender, size: int, count: int, warmup: int | None = None, bot
             if status == "error":
                 break
     finally:
-        for p in procs.values():
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
+        _reap(procs.values(), results)
     errors = [v for s, v in outcome.values() if s == "error"]
     if errors:
         raise RuntimeError("; ".join(errors))
@@ -181,12 +186,7 @@ def run_pubsub_case(c: bus.PubSub, count: int) -> dict:
                 spec["finished"].set()  # pyzmq publishers may close now
     finally:
         spec["finished"].set()
-        for p in procs.values():
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
+        _reap(procs.values(), results)
     errors = [f"{r}: {v}" for r, (s_, v) in outcome.items() if s_ == "error"]
     if errors:
         raise RuntimeError("; ".join(errors))

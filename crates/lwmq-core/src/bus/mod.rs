@@ -259,7 +259,7 @@ impl Publisher {
         self.check(topic, frames)?;
         let mut sent = None;
         self.append(&[(topic, frames)], deadline, &mut |s| sent = Some(s))?;
-        sent.ok_or_else(|| Error::Timeout("the slowest subscriber did not make room".into()))
+        sent.ok_or_else(|| Error::Timeout("the bus stayed locked, or (backpressure) full, until the deadline".into()))
     }
 
     /// Publishes many messages under one lock hold where room allows; returns how many were published

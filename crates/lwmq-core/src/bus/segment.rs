@@ -1,4 +1,4 @@
-//! The bus's shared segment: a sealed memfd holding a header, a table of subscribers and a ring of
+//! The bus's shared segment: a sealed memfd (transport/memfd.rs) holding a header, a table of subscribers and a ring of
 //! fixed-size slots. Layout (all little-endian, offsets in bytes):
 //!
 //! ```text
@@ -20,7 +20,8 @@ use super::mutex::{self, RobustMutex};
 use crate::error::{Error, Result};
 use crate::sync::WaitWord;
 use crossbeam_utils::CachePadded;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use crate::transport::memfd;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
@@ -124,33 +125,13 @@ pub struct Segment {
     pub fd: OwnedFd,
 }
 
-fn os(what: &str) -> Error {
-    Error::os(what)
-}
-
 impl Segment {
-    /// Creates and initialises a new, sealed segment. Nothing is named on disk or in /dev/shm: the
-    /// kernel frees it when its last member's mapping and descriptor go, crash included.
+    /// Creates and initialises a new segment. Nothing is named on disk or in /dev/shm: the kernel frees
+    /// it when its last member's mapping and descriptor go, crash included.
     pub fn create(geometry: Geometry) -> Result<Segment> {
         let total = geometry.total()?;
-        // SAFETY: NUL-terminated literal name; the descriptor is owned below.
-        let fd = unsafe { libc::memfd_create(c"lwmq-bus".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if fd < 0 {
-            return Err(os("memfd_create"));
-        }
-        // SAFETY: fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: plain syscalls on a descriptor we own.
-        unsafe {
-            if libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) < 0 {
-                return Err(os("sizing the bus segment"));
-            }
-            if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) < 0 {
-                return Err(os("sealing the bus segment"));
-            }
-        }
-        let mut map = Self::map(&fd, total)?;
+        let fd = memfd::create_sealed(c"lwmq-bus", total)?;
+        let mut map = memfd::map(&fd, total)?;
         let base = map.as_mut_ptr();
         // SAFETY: the mapping is fresh, zeroed, at least HEADER_REGION bytes and page-aligned, and no one
         // else has it yet; Header is repr(C) of plain integers and atomics, for which zero is valid.
@@ -174,23 +155,11 @@ impl Segment {
 
     /// Maps a segment another member passed us, after checking the seals, the header and the size.
     pub fn attach(fd: OwnedFd) -> Result<Segment> {
-        // SAFETY: fcntl/fstat on a descriptor we own; `st` is written by fstat.
-        let (seals, size) = unsafe {
-            let seals = libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS);
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(fd.as_raw_fd(), &mut st) < 0 {
-                return Err(os("fstat of the bus segment"));
-            }
-            (seals, st.st_size as u64)
-        };
-        let need = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-        if seals < 0 || seals & need != need {
-            return Err(Error::Protocol("the bus segment is not sealed against resizing".into()));
-        }
+        let size = memfd::sealed_size(&fd)?;
         if size < HEADER_REGION as u64 {
             return Err(Error::Protocol(format!("bus segment of {size} bytes is too small")));
         }
-        let mut map = Self::map(&fd, size as usize)?;
+        let mut map = memfd::map(&fd, size as usize)?;
         // SAFETY: at least HEADER_REGION bytes are mapped; the fields read are plain integers (a torn or
         // hostile value is checked below, never trusted).
         let h = unsafe { &*(map.as_ptr() as *const Header) };
@@ -215,13 +184,6 @@ impl Segment {
         // SAFETY: the creator initialised the mutex before publishing the magic; the Segment keeps the map.
         let lock = unsafe { RobustMutex::attach(Self::lock_ptr(&mut map)) };
         Ok(Segment { map, geometry, lock, fd })
-    }
-
-    fn map(fd: &OwnedFd, len: usize) -> Result<memmap2::MmapMut> {
-        // SAFETY: the memfd is sealed against shrinking, so the mapping stays backed for its whole life;
-        // shared memory is only accessed through atomics and the seqlock protocol (sync::seqlock).
-        unsafe { memmap2::MmapOptions::new().len(len).map_mut(fd) }
-            .map_err(|e| Error::Os { what: "mapping the bus segment".into(), errno: e.raw_os_error().unwrap_or(0) })
     }
 
     fn lock_ptr(map: &mut memmap2::MmapMut) -> *mut u8 {

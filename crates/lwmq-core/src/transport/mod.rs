@@ -7,6 +7,7 @@
 
 pub mod inproc;
 pub mod ipc;
+pub mod memfd;
 pub mod options;
 pub mod pool;
 pub mod ring_link;
