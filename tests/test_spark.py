@@ -260,3 +260,33 @@ def test_the_demo_runs_and_checks_its_totals(tmp_path):
     assert "equal what was published" in out.stdout and "yes" in out.stdout.split("equal what was published")[1][:40]
     assert "WARN" not in out.stdout + out.stderr  # Spark's own log went to the work dir
     assert (tmp_path / "spark.log").exists()
+
+
+def test_arrow_and_json_payloads_decode_into_the_given_columns():
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
+
+    from lwmq.spark.source import records_to_batch
+    from lwmq.spark.spool import Record
+
+    table = pa.table({"symbol": ["A", "B"], "price": [1.5, 2.5]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    arrow_record = Record(seq=7, publisher=3, timestamp_ns=1_700_000_000_123_456_000, topic=b"md", frames=(sink.getvalue().to_pybytes(),))
+    schema = StructType([StructField("topic", StringType()), StructField("sequence", LongType()),
+                         StructField("timestamp", TimestampType()), StructField("symbol", StringType()),
+                         StructField("price", DoubleType())])
+    batch = records_to_batch([arrow_record], schema, "arrow")
+    assert batch.to_pylist() == [
+        {"topic": "md", "sequence": 7, "timestamp": batch.column(2)[0].as_py(), "symbol": "A", "price": 1.5},
+        {"topic": "md", "sequence": 7, "timestamp": batch.column(2)[0].as_py(), "symbol": "B", "price": 2.5},
+    ]
+    assert str(batch.schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
+    assert batch.column(2)[0].value == 1_700_000_000_123_456
+    json_record = Record(seq=8, publisher=3, timestamp_ns=0, topic=b"md", frames=(b'{"symbol": "C", "price": 3.0, "extra": 1}',))
+    assert records_to_batch([json_record], schema, "json").to_pylist()[0] == {
+        "topic": "md", "sequence": 8, "timestamp": records_to_batch([json_record], schema, "json").column(2)[0].as_py(),
+        "symbol": "C", "price": 3.0}
+    with pytest.raises(ValueError, match="payloadFormat"):
+        records_to_batch([json_record], schema, "xml")

@@ -18,6 +18,11 @@ pub fn me() -> (u32, u64) {
     (pid, start_time(pid).unwrap_or(0))
 }
 
+/// Whether some process `pid` runs (for a record reserved a moment ago, when no start time is written yet).
+pub fn alive_pid(pid: u32) -> bool {
+    pid != 0 && start_time(pid).is_some()
+}
+
 /// Whether the process identified by (pid, start) is still running (a zombie counts as gone).
 pub fn alive(pid: u32, start: u64) -> bool {
     if pid == 0 {

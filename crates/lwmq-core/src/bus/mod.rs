@@ -35,6 +35,8 @@ pub const DEFAULT_CAPACITY: u32 = 16384;
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 1024;
 /// A publisher blocked by backpressure re-checks whether the laggards are alive this often.
 const REAP_EVERY: Duration = Duration::from_millis(5);
+/// A subscriber record's owner while it is being filled in: this bit and the joiner's pid.
+const RESERVED: u64 = 1 << 63;
 /// A batch publish moves the tail (making messages visible) at least this often.
 const PUBLISH_EVERY: usize = 64;
 /// A subscriber copies messages into chunks of this size (one allocation for many messages).
@@ -195,7 +197,9 @@ impl Bus {
             Ok(None) => "held",
             Err(_) => "unrecoverable",
         };
-        let subscribers = (0..self.seg.members_high()).filter(|&i| self.seg.member(i).owner.load(Acquire) != 0).count();
+        let subscribers = (0..self.seg.members_high())
+            .filter(|&i| matches!(self.seg.member(i).owner.load(Acquire), o if o != 0 && o & RESERVED == 0))
+            .count();
         BusInfo {
             tail: h.tail.load(Acquire),
             geometry: self.seg.geometry,
@@ -360,8 +364,8 @@ impl Publisher {
             let m = seg.member(i);
             // ACQUIRE (pair M1 with the RELEASE in `Subscriber::join`): the member's fields before its owner.
             let owner = m.owner.load(Acquire);
-            if owner == 0 {
-                continue;
+            if owner == 0 || owner & RESERVED != 0 {
+                continue; // free, or a joiner filling it in (it counts once its owner is published)
             }
             // ACQUIRE (pair C1 with the RELEASE cursor stores in `Subscriber`): its reads of the slots
             // below the cursor happen before we overwrite them.
@@ -481,27 +485,27 @@ impl Subscriber {
             Start::At(s) => s,
         };
         let mut member = None;
-        for reap in [false, true] {
+        'search: for reap in [false, true] {
             for i in 0..MAX_MEMBERS {
                 let m = seg.member(i);
                 let owner = m.owner.load(Acquire);
-                let free = owner == 0 || (reap && !liveness::alive(m.pid.load(Relaxed), m.start.load(Relaxed)));
-                if !free {
+                let free = owner == 0
+                    || (reap && owner & RESERVED != 0 && !liveness::alive_pid((owner & !RESERVED) as u32))
+                    || (reap && owner & RESERVED == 0 && !liveness::alive(m.pid.load(Relaxed), m.start.load(Relaxed)));
+                // Reserve the record first (marked with our pid, so a joiner that dies right here is
+                // recognised later), fill it in, then publish it under our id.
+                if !free || m.owner.compare_exchange(owner, RESERVED | pid as u64, Acquire, Relaxed).is_err() {
                     continue;
                 }
                 m.cursor.store(next.max(tail.saturating_sub(cap)), Relaxed);
                 m.pid.store(pid, Relaxed);
                 m.start.store(started, Relaxed);
+                // Before the owner store and the epoch bump, so a publisher that rescans for us scans here.
+                h.members_high.fetch_max(i as u32 + 1, AcqRel);
                 // RELEASE (pair M1 with the ACQUIRE in `Publisher::scan`): the fields above before the owner.
-                if m.owner.compare_exchange(owner, id, Release, Relaxed).is_ok() {
-                    // Before the epoch bump below, so a publisher that rescans for it scans this slot.
-                    h.members_high.fetch_max(i as u32 + 1, AcqRel);
-                    member = Some(i);
-                    break;
-                }
-            }
-            if member.is_some() {
-                break;
+                m.owner.store(id, Release);
+                member = Some(i);
+                break 'search;
             }
         }
         let Some(member) = member else {

@@ -147,3 +147,18 @@ fn corrupt_slot_lengths_are_a_protocol_error_not_a_crash() {
     assert!(matches!(sub.recv(soon()), Err(Error::Protocol(_))));
     assert_eq!(&sub.recv(soon()).unwrap().message.frames()[0][..], b"y");
 }
+
+#[test]
+fn a_record_left_reserved_by_a_dead_joiner_is_reclaimed_when_the_table_is_full() {
+    let bus = Bus::join(&unique("full"), &options(8, false)).unwrap();
+    let join = || Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default());
+    let mut subs: Vec<_> = (0..MAX_MEMBERS).map(|_| join().unwrap()).collect();
+    assert!(matches!(join(), Err(Error::InvalidOption(m)) if m.contains("256 subscribers")));
+    // A joiner died between reserving record 0 and publishing itself: its pid is gone.
+    let mut first = subs.remove(0);
+    first.close();
+    bus.seg.member(0).owner.store(RESERVED | (u32::MAX as u64 - 1), Relaxed);
+    assert_eq!(bus.info().subscribers, MAX_MEMBERS - 1);
+    let again = join().unwrap();
+    assert_eq!((again.member, bus.info().subscribers), (0, MAX_MEMBERS));
+}
