@@ -290,3 +290,30 @@ def test_arrow_and_json_payloads_decode_into_the_given_columns():
         "symbol": "C", "price": 3.0}
     with pytest.raises(ValueError, match="payloadFormat"):
         records_to_batch([json_record], schema, "xml")
+
+
+def test_a_bus_recreated_while_the_query_was_down_is_a_reported_loss(spark, names):
+    def ticks(n: int) -> list:
+        return [(b"t", json.dumps({"symbol": "GOOG", "price": 1.0, "size": 1, "time": time.time()}).encode())] * n
+
+    with ResultReceiver(names["results"], state=names["state"]) as rr:
+        seen: list = []
+        with lwmq.Publisher(names["bus"]) as pub:
+            q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds")
+            pub.publish_many(ticks(100))
+            wait_batches(rr, seen, rows_at_least=100)
+            q.stop()
+        # Every member left: that bus is gone. A new one of the same name starts again from sequence 0.
+        with lwmq.Publisher(names["bus"]) as pub:
+            pub.publish_many(ticks(30))
+            q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds")
+            with pytest.raises(Exception, match="was recreated while the source was down"):
+                q.awaitTermination(120)
+            q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds",
+                                     extra_source_options={"failOnDataLoss": "false"})
+            q.processAllAvailable()
+            progress = q.lastProgress
+            q.stop()
+        drain(rr, seen)
+    assert pipeline.totals_of(seen[-1].rows)["GOOG"]["count"] == 130
+    assert json.loads(progress["sources"][0]["latestOffset"])["lost_unknown"] == 1

@@ -48,10 +48,13 @@ class Follower:
             # published after our last sequence is lost, and we cannot even count it.
             self._loss(f"{url} was recreated while the source was down: messages after sequence {resume} of the "
                        f"previous bus are lost (count unknown)", None)
-            self.sub.close()
-            self.sub = lwmq.Subscriber(url, topics=topics or None, prefixes=prefixes or None, start="oldest",
-                                       timeout=join_timeout)
-        if known != bus_id:
+            if self.error is None:  # going on: follow the new bus from the oldest message it holds
+                self.sub.close()
+                self.sub = lwmq.Subscriber(url, topics=topics or None, prefixes=prefixes or None, start="oldest",
+                                           timeout=join_timeout)
+                self.spool.set_bus_id(bus_id)
+            # Failing: the old bus id stays in the spool, so every later start fails the same way.
+        elif known != bus_id:
             self.spool.set_bus_id(bus_id)
         self._thread = threading.Thread(target=self._run, name="lwmq-spark-follower", daemon=True)
         self._thread.start()
