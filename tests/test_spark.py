@@ -155,6 +155,20 @@ def test_exactly_once_when_the_driver_jvm_is_killed(names, procs, tmp_path):
     assert pipeline.totals_of(seen[-1].rows) == published(names)["symbols"]
 
 
+def fails_then_counts(spark, names, error: str) -> dict:
+    """Restarts the query after a loss: by default it fails with `error`; with failOnDataLoss=false it
+    processes what is there. Returns the loss figures from the query's progress."""
+    q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds")
+    with pytest.raises(Exception, match=error):
+        q.awaitTermination(120)
+    q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds",
+                             extra_source_options={"failOnDataLoss": "false"})
+    q.processAllAvailable()
+    progress = q.lastProgress
+    q.stop()
+    return json.loads(progress["sources"][0]["latestOffset"])
+
+
 def test_loss_while_down_fails_the_query_or_is_counted(spark, names):
     def tick(i: int) -> bytes:
         return json.dumps({"symbol": "AAPL", "price": 1.0, "size": 1, "time": time.time()}).encode()
@@ -167,19 +181,12 @@ def test_loss_while_down_fails_the_query_or_is_counted(spark, names):
         wait_batches(rr, seen, rows_at_least=500)
         q.stop()
         # While the query is down, 3,000 more: the ring keeps the last 1,024, so 1,976 are gone.
-        for start in range(0, 3000, 500):
+        for _ in range(6):
             pub.publish_many([(b"t", tick(i)) for i in range(500)])
-        q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds")
-        with pytest.raises(Exception, match="1976 messages before sequence 2476 fell out of the bus"):
-            q.awaitTermination(120)
-        q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds",
-                                 extra_source_options={"failOnDataLoss": "false"})
-        q.processAllAvailable()
-        progress = q.lastProgress
-        q.stop()
+        lost = fails_then_counts(spark, names, "1976 messages before sequence 2476 fell out of the bus")
         drain(rr, seen)
     assert pipeline.totals_of(seen[-1].rows)["AAPL"]["count"] == 500 + 1024
-    assert json.loads(progress["sources"][0]["latestOffset"])["lost"] == 1976
+    assert lost["lost"] == 1976
 
 
 def test_available_now_with_max_records_per_trigger(spark, names):
@@ -306,14 +313,7 @@ def test_a_bus_recreated_while_the_query_was_down_is_a_reported_loss(spark, name
         # Every member left: that bus is gone. A new one of the same name starts again from sequence 0.
         with lwmq.Publisher(names["bus"]) as pub:
             pub.publish_many(ticks(30))
-            q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds")
-            with pytest.raises(Exception, match="was recreated while the source was down"):
-                q.awaitTermination(120)
-            q = pipeline.start_query(spark, names["bus"], names["results"], names["checkpoint"], names["spool"], "500 milliseconds",
-                                     extra_source_options={"failOnDataLoss": "false"})
-            q.processAllAvailable()
-            progress = q.lastProgress
-            q.stop()
+            lost = fails_then_counts(spark, names, "was recreated while the source was down")
         drain(rr, seen)
     assert pipeline.totals_of(seen[-1].rows)["GOOG"]["count"] == 130
-    assert json.loads(progress["sources"][0]["latestOffset"])["lost_unknown"] == 1
+    assert lost["lost_unknown"] == 1
