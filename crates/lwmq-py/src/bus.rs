@@ -132,14 +132,26 @@ impl Publisher {
         let p = self.get()?;
         let topic = borrowed_topic(topic)?;
         let message = Borrowed::new(message)?;
-        let (topic, frames) = (topic.single().expect("one frame"), message.slices());
+        let topic = topic.single().expect("one frame");
+        // One frame (the common case) needs no list of slices to be allocated.
+        let (one, many);
+        let frames: &[&[u8]] = match message.single() {
+            Some(f) => {
+                one = [f];
+                &one
+            }
+            None => {
+                many = message.slices();
+                &many
+            }
+        };
         // First without waiting and with the GIL kept (the common case: a few hundred nanoseconds).
-        match p.publish(topic, &frames, lwmq_core::sync::no_wait()) {
+        match p.publish(topic, frames, lwmq_core::sync::no_wait()) {
             Err(Error::Timeout(_)) if timeout != Some(0.0) => {}
             other => return other.map_err(to_py),
         }
         // The borrowed frames stay valid without the GIL: `message` keeps their objects alive.
-        blocking::run(py, deadline(timeout)?, is_timeout, |d| p.publish(topic, &frames, d), to_py)
+        blocking::run(py, deadline(timeout)?, is_timeout, |d| p.publish(topic, frames, d), to_py)
     }
 
     /// Publishes (topic, message) pairs, many per lock hold; returns how many were published (fewer
