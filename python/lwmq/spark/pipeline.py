@@ -13,7 +13,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -24,29 +23,14 @@ TICK_SCHEMA = "topic string, sequence long, timestamp timestamp, symbol string, 
 # Enough slots to hold a default demo run whole, so a query that starts late still reads every tick.
 FEED_BUS = {"capacity": 1 << 17, "max_message_size": 256}
 
-LOG4J = """rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 def quiet_spark_env() -> None:
-    """Environment for a quiet local Spark driven from this Python: loopback only, workers running
-    this interpreter (so they import this lwmq), and only errors from the JVM's log."""
+    """Environment for a local Spark driven from this Python: loopback only, and workers running this
+    interpreter (so they import this lwmq). The JVM's own output is handled by `local_session`."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    conf = os.path.join(tempfile.gettempdir(), "lwmq-log4j2.properties")
-    with open(conf, "w") as f:
-        f.write(LOG4J)
-    os.environ.setdefault(
-        "PYSPARK_SUBMIT_ARGS",
-        f"--driver-java-options -Dlog4j.configurationFile=file:{conf} pyspark-shell",
-    )
 
 
 def local_session(app: str = "lwmq", master: str = "local[2]", jvm_log: str | None = None) -> Any:
