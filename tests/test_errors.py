@@ -64,11 +64,12 @@ def test_channel_closed(pair):
 
 def test_queue_full(make_pair):
     client, _ = make_pair(buffer_size=256, send_buffers=1)
-    client.send(b"x" * 200)  # takes the only buffer
+    client.send(b"x" * 208)  # fills the only buffer (no room left to add another message)
     q = client.queue(producers="many", capacity=1)
-    q.post(b"1")
+    q.post(b"1")  # taken by the encoder, which holds it until a buffer is free
+    q.post(b"2")  # waits in the queue, which is now full
     with pytest.raises(lwmq.QueueFull):
-        q.post(b"2", timeout=0.01)
+        q.post(b"3", timeout=0.01)
 
 
 def test_protocol_error_tears_the_channel_down(closer, uri):

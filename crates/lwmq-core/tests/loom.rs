@@ -5,7 +5,7 @@
 use loom::sync::atomic::{AtomicU32, AtomicU64};
 use loom::sync::Arc;
 use loom::thread;
-use lwmq_core::queue::spsc::{ring, RingControl};
+use lwmq_core::queue::spsc::{ring, Claim, RingControl};
 use lwmq_core::sync::{WaitPolicy, WaitWord};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
@@ -70,6 +70,43 @@ fn spsc_ring_publishes_payload() {
             thread::yield_now();
         }
         producer.join().unwrap();
+    });
+}
+
+/// A value amended after its push (a shipped buffer that grew) is claimed either as pushed or as amended,
+/// never while half-amended: exactly one of `begin_amend` and `claim` wins the slot, and what the producer
+/// wrote while amending is visible with the amended value (pair P3).
+#[test]
+fn spsc_ring_amended_values_are_claimed_whole() {
+    loom::model(|| {
+        let r = new_ring(2);
+        let data = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+        // SAFETY: the Arc keeps ctl and slots alive for both handles; one producer, one consumer.
+        let (mut p, mut c) = unsafe { ring(&r.ctl, r.slots.as_ptr(), 2) };
+        let (keep, written) = (r.clone(), data.clone());
+        let producer = thread::spawn(move || {
+            let _keep = keep;
+            written[0].store(1, Relaxed);
+            assert!(p.push(1).unwrap());
+            if !p.begin_amend(1) {
+                return false;
+            }
+            written[1].store(2, Relaxed);
+            p.end_amend(2);
+            true
+        });
+        let claimed = loop {
+            match c.claim().unwrap() {
+                Claim::Value(v) => break v,
+                Claim::Empty | Claim::Busy => thread::yield_now(),
+            }
+        };
+        assert_eq!(data[0].load(Relaxed), 1);
+        if claimed == 2 {
+            assert_eq!(data[1].load(Relaxed), 2);
+        }
+        let amended = producer.join().unwrap();
+        assert_eq!(claimed, if amended { 2 } else { 1 });
     });
 }
 

@@ -208,6 +208,7 @@ impl Channel {
         d.set_item("queued", s.queued)?;
         d.set_item("unsent_at_close", s.unsent_at_close)?;
         d.set_item("copied_out", s.copied_out)?;
+        d.set_item("appended", s.appended)?;
         Ok(d)
     }
 

@@ -38,6 +38,7 @@ struct Counters {
     buffers_received: AtomicU64,
     unsent_at_close: AtomicU64,
     copied_out: AtomicU64,
+    appended: AtomicU64,
     /// Accepted by a queue and not yet shipped (includes the carried message).
     queued: AtomicU64,
 }
@@ -61,6 +62,8 @@ pub struct Stats {
     pub unsent_at_close: u64,
     /// Received buffers whose messages were copied out because the application held 3/4 of the pool.
     pub copied_out: u64,
+    /// Messages added to a buffer already shipped that the peer had not taken yet (clubbed without waiting).
+    pub appended: u64,
 }
 
 struct TxState {
@@ -127,6 +130,9 @@ impl Shared {
     /// Encodes and ships queued messages until the queues are drained or no buffer comes by `deadline`.
     /// Returns whether messages are still queued.
     fn drain(&self, tx: &mut TxState, deadline: Deadline) -> Result<bool> {
+        if tx.carry.is_some() || tx.scheduler.queued() != 0 {
+            self.append_queued(tx)?;
+        }
         loop {
             if tx.carry.is_none() && tx.scheduler.queued() == 0 {
                 return Ok(false);
@@ -141,26 +147,36 @@ impl Shared {
                     Err(e) => return Err(e),
                 },
             };
-            let Some(first) = tx.carry.take().or_else(|| tx.scheduler.next_message()) else {
+            let mut writer = BufferWriter::new(buf.as_mut_slice());
+            let (clubbed, bytes) = push_queued(tx, &mut writer);
+            if clubbed == 0 {
+                debug_assert!(tx.carry.is_none(), "post checks that every message fits an empty buffer");
                 tx.spare.push(buf);
                 return Ok(false);
-            };
-            let mut writer = BufferWriter::new(buf.as_mut_slice());
-            let mut bytes = first.nbytes();
-            let fitted = writer.push(&first);
-            debug_assert!(fitted, "post checks that every message fits an empty buffer");
-            while let Some(next) = tx.scheduler.next_message() {
-                if !writer.push(&next) {
-                    tx.carry = Some(next);
-                    break;
-                }
-                bytes += next.nbytes();
             }
-            let clubbed = writer.message_count() as u64;
             let len = writer.finish();
             self.counters.queued.fetch_sub(clubbed, Relaxed);
             self.ship_counted(buf, len, clubbed, bytes)?;
         }
+    }
+
+    /// Adds queued messages to the buffer shipped last while the peer has not taken it (see
+    /// `Link::append`), in scheduler order; a message that does not fit is carried to the next buffer.
+    fn append_queued(&self, tx: &mut TxState) -> Result<()> {
+        let (mut messages, mut bytes) = (0u64, 0usize);
+        self.link.append(&mut |w| (messages, bytes) = push_queued(tx, w))?;
+        if messages > 0 {
+            self.counters.queued.fetch_sub(messages, Relaxed);
+            self.count_appended(messages, bytes);
+        }
+        Ok(())
+    }
+
+    fn count_appended(&self, messages: u64, bytes: usize) {
+        let c = &self.counters;
+        c.messages_sent.fetch_add(messages, Relaxed);
+        c.bytes_sent.fetch_add(bytes as u64, Relaxed);
+        c.appended.fetch_add(messages, Relaxed);
     }
 
     /// Ships a filled buffer, counting it first so stats never lag what the peer already received.
@@ -382,7 +398,14 @@ impl Channel {
         // `queued` counts every accepted, unshipped message (the carried one too), so 0 means nothing is
         // ahead of us; one atomic load instead of a scan of every queue.
         if shared.counters.queued.load(Acquire) == 0 {
-            while sent < messages.len() {
+            // First into the buffer shipped last, if the peer has not taken it yet.
+            let mut bytes = 0;
+            if let Err(e) = shared.link.append(&mut |w| bytes = push_given(w, messages, &mut sent)) {
+                outcome = Err(e);
+            } else if sent > 0 {
+                shared.count_appended(sent as u64, bytes);
+            }
+            while outcome.is_ok() && sent < messages.len() {
                 let mut buf = match tx.spare.pop().map(Ok).unwrap_or_else(|| shared.link.acquire(no_wait())) {
                     Ok(buf) => buf,
                     Err(Error::Timeout(_)) => break,
@@ -392,11 +415,7 @@ impl Channel {
                     }
                 };
                 let mut writer = BufferWriter::new(buf.as_mut_slice());
-                let mut bytes = 0;
-                while sent < messages.len() && writer.push_frames(messages[sent]) {
-                    bytes += messages[sent].iter().map(|f| f.as_ref().len()).sum::<usize>();
-                    sent += 1;
-                }
+                let bytes = push_given(&mut writer, messages, &mut sent);
                 let clubbed = writer.message_count() as u64;
                 let len = writer.finish();
                 if let Err(e) = shared.ship_counted(buf, len, clubbed, bytes) {
@@ -549,6 +568,7 @@ impl Channel {
             queued: c.queued.load(Relaxed),
             unsent_at_close: c.unsent_at_close.load(Relaxed),
             copied_out: c.copied_out.load(Relaxed),
+            appended: c.appended.load(Relaxed),
         }
     }
 
@@ -582,6 +602,31 @@ impl Channel {
         drop(tx);
         shared.link.close();
     }
+}
+
+/// Encodes queued messages (the carried one first, then in scheduler order) while they fit; the first
+/// that does not is carried to the next buffer. Returns (messages, payload bytes) encoded.
+fn push_queued(tx: &mut TxState, w: &mut BufferWriter<'_>) -> (u64, usize) {
+    let (mut messages, mut bytes) = (0, 0);
+    while let Some(next) = tx.carry.take().or_else(|| tx.scheduler.next_message()) {
+        if !w.push(&next) {
+            tx.carry = Some(next);
+            break;
+        }
+        messages += 1;
+        bytes += next.nbytes();
+    }
+    (messages, bytes)
+}
+
+/// Encodes `messages[*next..]` while they fit, advancing `next`; returns the payload bytes encoded.
+fn push_given<F: AsRef<[u8]>>(w: &mut BufferWriter<'_>, messages: &[&[F]], next: &mut usize) -> usize {
+    let mut bytes = 0;
+    while *next < messages.len() && w.push_frames(messages[*next]) {
+        bytes += messages[*next].iter().map(|f| f.as_ref().len()).sum::<usize>();
+        *next += 1;
+    }
+    bytes
 }
 
 /// How much of the receive pool the application holds in received messages.

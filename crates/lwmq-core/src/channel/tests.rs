@@ -177,11 +177,34 @@ fn direct_sends_club_and_stop_when_no_buffer_is_free() {
     }
     // Something queued ahead: the direct path steps aside so order holds.
     let (c, _d) = pair(Options { buffer_size: Some(256), send_buffers: Some(1), ..Options::default() });
-    c.send(num(1), soon()).unwrap();
-    c.send(num(2), soon()).unwrap(); // no buffer: queued
+    let filling = Message::single(Bytes::from(vec![7u8; 200]));
+    c.send(filling.clone(), soon()).unwrap(); // fills the only buffer
+    c.send(filling, soon()).unwrap(); // no buffer: queued
     assert_eq!(c.send_direct(&refs[..1]).unwrap(), 0);
     let too_big = [vec![0u8; 1000]];
     assert!(matches!(a.send_direct(&[&too_big[..]]), Err(Error::MessageTooLarge { .. })));
+}
+
+#[test]
+fn messages_sent_one_by_one_grow_the_buffer_the_peer_has_not_taken() {
+    let (a, b) = pair(Options { buffer_size: Some(4096), send_buffers: Some(8), ..Options::default() });
+    let payloads: Vec<[u8; 4]> = (0..50u32).map(|i| i.to_le_bytes()).collect();
+    for p in &payloads {
+        assert_eq!(a.send_direct(&[&[&p[..]][..]]).unwrap(), 1); // the binding's path for `send`
+    }
+    for i in 50..100 {
+        a.send(num(i), soon()).unwrap(); // the queued path
+    }
+    let s = a.stats();
+    assert_eq!((s.messages_sent, s.buffers_sent, s.appended), (100, 1, 99), "{s:?}");
+    for i in 0..100 {
+        assert_eq!(val(&b.recv(soon()).unwrap()), i);
+    }
+    assert_eq!(b.stats().buffers_received, 1);
+    // The peer has taken that buffer: the next message starts a new one.
+    a.send(num(100), soon()).unwrap();
+    assert_eq!(a.stats().buffers_sent, 2);
+    assert_eq!(val(&b.recv(soon()).unwrap()), 100);
 }
 
 #[test]

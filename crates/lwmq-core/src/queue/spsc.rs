@@ -5,12 +5,24 @@
 //! Ordering pairs (both ends marked):
 //! - P1: producer RELEASE store of `head` in `push`  ⟷  consumer ACQUIRE load of `head` in `pop`
 //!   (the slot, and anything written before the push, e.g. a buffer's bytes, is visible).
-//! - P2: consumer RELEASE store of `tail` in `pop`   ⟷  producer ACQUIRE load of `tail` in `push`
+//! - P2: consumer RELEASE store of `tail` in `pop`/`claim` ⟷ producer ACQUIRE load of `tail` in `push`
 //!   (the consumer has finished reading the slot before the producer reuses it).
+//! - P3: producer RELEASE store of the slot in `end_amend` ⟷ consumer ACQUIRE compare-exchange of the
+//!   slot in `claim` (bytes written while amending are visible once the amended value is claimed).
+//!
+//! Amending (the filled ring of a transport pool): until the consumer claims the value pushed last, the
+//! producer may replace it (a buffer that grew by more messages). `begin_amend` marks the slot busy with a
+//! compare-exchange that fails once the consumer has claimed it; `claim` swaps a slot for `CLAIMED` and
+//! skips a busy one for now. Exactly one of the two compare-exchanges on a value wins.
 
 use super::super::sync::{AtomicU32, AtomicU64};
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// Set in a slot while the producer amends it (descriptors never use the top bit).
+pub const BUSY: u64 = 1 << 63;
+/// What a claimed slot holds; the producer overwrites it when it reuses the slot.
+pub const CLAIMED: u64 = u64::MAX;
 
 #[repr(C)]
 #[derive(Default)]
@@ -98,6 +110,31 @@ impl Producer {
         self.ring.ctl().head.store(self.head, Release);
         Ok(true)
     }
+
+    /// Starts replacing the value pushed last, `expected`: true if the consumer has not claimed it, and it
+    /// stays unclaimed until `end_amend`. Only for values below `BUSY`.
+    pub fn begin_amend(&mut self, expected: u64) -> bool {
+        debug_assert!(expected < BUSY);
+        let slot = self.ring.slot(self.head.wrapping_sub(1));
+        // ACQUIRE: nothing written for the amendment moves before the slot is ours (see `claim`).
+        slot.compare_exchange(expected, expected | BUSY, Acquire, Relaxed).is_ok()
+    }
+
+    /// Ends an amendment begun by `begin_amend`, publishing `value` (which may equal the old one).
+    pub fn end_amend(&mut self, value: u64) {
+        debug_assert!(value < BUSY);
+        // RELEASE (P3): pairs with the consumer's ACQUIRE compare-exchange in `claim`.
+        self.ring.slot(self.head.wrapping_sub(1)).store(value, Release);
+    }
+}
+
+/// What `Consumer::claim` found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    Empty,
+    /// The oldest value is being amended by the producer: try again in a moment.
+    Busy,
+    Value(u64),
 }
 
 impl Consumer {
@@ -119,6 +156,38 @@ impl Consumer {
         Ok(Some(value))
     }
 
+    /// Takes the oldest value for good, so the producer can no longer amend it (rings whose producer
+    /// amends must be read with `claim`, never `pop`).
+    pub fn claim(&mut self) -> Result<Claim, Corrupt> {
+        // ACQUIRE (P1): pairs with the producer's RELEASE store of `head` in `push`.
+        let head = self.ring.ctl().head.load(Acquire);
+        let used = head.wrapping_sub(self.tail);
+        if used > self.ring.capacity() {
+            return Err(Corrupt("ring head more than a capacity ahead"));
+        }
+        if used == 0 {
+            return Ok(Claim::Empty);
+        }
+        let slot = self.ring.slot(self.tail);
+        let mut value = slot.load(Relaxed);
+        loop {
+            if value == CLAIMED {
+                return Err(Corrupt("a pushed slot was never written"));
+            }
+            if value & BUSY != 0 {
+                return Ok(Claim::Busy);
+            }
+            // ACQUIRE (P3): pairs with the producer's RELEASE store in `end_amend`.
+            match slot.compare_exchange_weak(value, CLAIMED, Acquire, Relaxed) {
+                Ok(_) => break,
+                Err(now) => value = now,
+            }
+        }
+        self.tail = self.tail.wrapping_add(1);
+        // RELEASE (P2): pairs with the producer's ACQUIRE load of `tail` in `push`.
+        self.ring.ctl().tail.store(self.tail, Release);
+        Ok(Claim::Value(value))
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -158,6 +227,24 @@ mod tests {
             assert_eq!(p.push(i), Ok(true));
             assert_eq!(c.pop(), Ok(Some(i)));
         }
+    }
+
+    #[test]
+    fn the_last_value_can_be_amended_until_claimed() {
+        let (_c, _s, mut p, mut c) = new_ring(4);
+        assert_eq!(c.claim(), Ok(Claim::Empty));
+        assert_eq!(p.push(10), Ok(true));
+        assert!(p.begin_amend(10));
+        assert_eq!(c.claim(), Ok(Claim::Busy), "a slot being amended is not taken");
+        p.end_amend(11);
+        assert!(!p.begin_amend(10), "the expected value is the amended one");
+        assert!(p.begin_amend(11));
+        p.end_amend(12);
+        assert_eq!(c.claim(), Ok(Claim::Value(12)));
+        assert!(!p.begin_amend(12), "claimed: no more amendments");
+        assert_eq!(c.claim(), Ok(Claim::Empty));
+        assert_eq!(p.push(20), Ok(true));
+        assert_eq!(c.claim(), Ok(Claim::Value(20)));
     }
 
     #[test]

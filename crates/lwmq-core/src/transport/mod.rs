@@ -15,6 +15,7 @@ pub mod uri;
 
 use crate::error::{Error, Result};
 use crate::sync::Deadline;
+use crate::wire::BufferWriter;
 use bytes::Bytes;
 pub use options::Options;
 pub use uri::Uri;
@@ -85,6 +86,12 @@ pub trait Link: Send + Sync {
     fn acquire(&self, deadline: Deadline) -> Result<TxBuf>;
     /// Hands the first `len` bytes of `buf` to the peer.
     fn ship(&self, buf: TxBuf, len: usize) -> Result<()>;
+    /// Adds messages to the buffer this end shipped last, if the peer has not taken it yet: `fill` gets a
+    /// writer placed after what the buffer holds. Returns whether it did (`fill` ran and added at least
+    /// one message). Links that cannot grow a shipped buffer keep this default.
+    fn append(&self, _fill: &mut dyn FnMut(&mut BufferWriter<'_>)) -> Result<bool> {
+        Ok(false)
+    }
     /// The next shipped buffer; waits until `deadline`. After the peer left, buffers it shipped are still
     /// delivered, then `Error::PeerGone`.
     fn receive(&self, deadline: Deadline) -> Result<Bytes>;

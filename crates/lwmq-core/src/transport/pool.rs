@@ -9,10 +9,11 @@
 //! what it owns, so a descriptor for a buffer it should not get is a protocol error, never a double use.
 
 use crate::error::{Error, Result};
-use crate::queue::spsc::{self, Consumer, Producer, RingControl};
+use crate::queue::spsc::{self, Claim, Consumer, Producer, RingControl};
 use crate::sync::{Deadline, WaitPolicy, WaitWord};
 use crate::transport::options::PoolGeometry;
 use crate::transport::TxBuf;
+use crate::wire::BufferWriter;
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Acquire, Release};
@@ -172,7 +173,21 @@ pub struct PoolSender {
     owned: Vec<bool>,
     /// Freed buffers taken from the ring, most recently freed last: reused first, while still in cache.
     hot: Vec<u32>,
+    /// The buffer shipped last, while the receiver may not have claimed it: `append` adds to it.
+    open: Option<Open>,
     policy: WaitPolicy,
+}
+
+/// The buffer shipped last: its descriptor as published (index and length) and its message count.
+#[derive(Clone, Copy)]
+struct Open {
+    index: u32,
+    descriptor: u64,
+    count: u32,
+}
+
+fn descriptor(index: u32, len: usize) -> u64 {
+    ((index as u64) << 32) | len as u64
 }
 
 /// The receiving end of direction `d`.
@@ -200,7 +215,7 @@ pub fn sender(region: &Arc<Region>, d: usize, policy: WaitPolicy, closed: Arc<At
     let (filled, _) = region.filled_ring(d);
     let (_, freed) = region.freed_ring(d);
     let count = region.layout.dirs[d].count as usize;
-    PoolSender { region: region.clone(), d, closed, filled, freed, owned: vec![false; count], hot: Vec::with_capacity(count), policy }
+    PoolSender { region: region.clone(), d, closed, filled, freed, owned: vec![false; count], hot: Vec::with_capacity(count), open: None, policy }
 }
 
 /// Builds the receiving end of direction `d` and lends the sender every buffer. Exactly one per direction.
@@ -233,6 +248,7 @@ impl PoolSender {
             let freed = &mut self.freed;
             let hot = &mut self.hot;
             let closed = &self.closed;
+            let open = &mut self.open;
             let got = ctl.freed_wait.wait_for(self.policy, deadline, || {
                 if closed.load(Acquire) {
                     return Some(Err(Error::ChannelClosed));
@@ -245,7 +261,12 @@ impl PoolSender {
                 loop {
                     match freed.pop() {
                         Err(e) => return Some(Err(Error::Protocol(e.0.into()))),
-                        Ok(Some(v)) if v < count as u64 => hot.push(v as u32),
+                        Ok(Some(v)) if v < count as u64 => {
+                            if open.is_some_and(|o| o.index as u64 == v) {
+                                *open = None; // claimed and freed: no longer ours to grow
+                            }
+                            hot.push(v as u32)
+                        }
                         Ok(Some(v)) => return Some(Err(Error::Protocol(format!("freed descriptor {v} out of range (pool of {count})")))),
                         Ok(None) => return if hot.is_empty() { None } else { Some(Ok(())) },
                     }
@@ -276,18 +297,52 @@ impl PoolSender {
         Ok(())
     }
 
-    pub fn ship(&mut self, buf: TxBuf, len: usize) -> Result<()> {
+    /// Ships the first `len` bytes of `buf`, an encoded buffer (wire format); it stays open to `append`
+    /// until the receiver claims it.
+    pub fn ship(&mut self, mut buf: TxBuf, len: usize) -> Result<()> {
         let index = buf.token as u32;
         assert!(len <= self.buffer_size() && self.owned[index as usize], "shipping a buffer we do not own");
         self.owned[index as usize] = false;
+        let count = crate::wire::message_count(buf.as_mut_slice());
+        let descriptor = descriptor(index, len);
         // The RELEASE store inside push (ring pair P1) publishes the buffer's bytes to the receiver.
-        match self.filled.push((buf.token << 32) | len as u64) {
+        self.open = None;
+        match self.filled.push(descriptor) {
             Ok(true) => {}
             Ok(false) => return Err(Error::Protocol("filled ring full: peer broke the buffer protocol".into())),
             Err(e) => return Err(Error::Protocol(e.0.into())),
         }
+        self.open = Some(Open { index, descriptor, count });
         self.region.ctl(self.d).filled_wait.notify();
         Ok(())
+    }
+
+    /// Adds messages to the buffer shipped last if the receiver has not claimed it yet: `fill` gets a
+    /// writer placed after the messages already there. Returns false (without calling `fill`) when there
+    /// is no such buffer. This is how messages posted one at a time club while the receiver is busy,
+    /// without any waiting: the buffer grows in place until it is full or claimed.
+    pub fn append(&mut self, fill: &mut dyn FnMut(&mut BufferWriter<'_>)) -> bool {
+        let Some(open) = self.open else { return false };
+        if !self.filled.begin_amend(open.descriptor) {
+            self.open = None; // claimed: the receiver owns it now
+            return false;
+        }
+        let len = (open.descriptor & 0xffff_ffff) as usize;
+        // SAFETY: the slot is marked busy, so the receiver cannot claim (read) the buffer until `end_amend`;
+        // it is `size` bytes inside the mapping kept alive by `self.region`, and only this sender writes it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.region.buffer(self.d, open.index), self.buffer_size()) };
+        let mut writer = BufferWriter::resume(bytes, len, open.count);
+        fill(&mut writer);
+        let count = writer.message_count();
+        let added = count != open.count;
+        let new_len = writer.finish();
+        let descriptor = descriptor(open.index, new_len);
+        self.filled.end_amend(descriptor);
+        // Nothing fitted: the buffer is full enough, the next message goes into a new one.
+        self.open = added.then_some(Open { descriptor, count, ..open });
+        // A receiver that found the slot busy may have gone to sleep meanwhile.
+        self.region.ctl(self.d).filled_wait.notify();
+        added
     }
 
 }
@@ -360,11 +415,14 @@ impl PoolReceiver {
                 Err(e) => return Some(Err(e)),
             };
             // Check the ring after reading the flag: whatever was shipped before the close is delivered.
-            match filled.pop() {
+            match filled.claim() {
                 Err(e) => Some(Err(Error::Protocol(e.0.into()))),
-                Ok(Some(v)) => Some(Ok(v)),
-                Ok(None) if peer_gone => Some(Err(Error::PeerGone("the peer closed its end or died".into()))),
-                Ok(None) => None,
+                Ok(Claim::Value(v)) => Some(Ok(v)),
+                Ok(Claim::Empty) if peer_gone => Some(Err(Error::PeerGone("the peer closed its end or died".into()))),
+                Ok(Claim::Busy) if peer_gone => Some(Err(Error::PeerGone(
+                    "the peer died while adding messages to its last buffer: the messages of that buffer are lost".into(),
+                ))),
+                Ok(_) => None,
             }
         });
         let v = match got {

@@ -5,6 +5,7 @@ use super::pool::{self, PoolReceiver, PoolSender, PoolUsage, Region};
 use super::{Link, TxBuf};
 use crate::error::Result;
 use crate::sync::{Deadline, WaitPolicy};
+use crate::wire::BufferWriter;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +56,10 @@ impl Link for RingLink {
 
     fn ship(&self, buf: TxBuf, len: usize) -> Result<()> {
         self.tx.lock().unwrap().ship(buf, len)
+    }
+
+    fn append(&self, fill: &mut dyn FnMut(&mut BufferWriter<'_>)) -> Result<bool> {
+        Ok(self.tx.lock().unwrap().append(fill))
     }
 
     fn receive(&self, deadline: Deadline) -> Result<Bytes> {

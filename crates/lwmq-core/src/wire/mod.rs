@@ -77,6 +77,13 @@ impl<'a> BufferWriter<'a> {
         BufferWriter { buf, pos: HEADER_LEN, count: 0 }
     }
 
+    /// A writer that goes on after the `count` messages already encoded in `buf[..pos]` (a shipped buffer
+    /// that grows in place); `finish` rewrites the header for the whole.
+    pub fn resume(buf: &'a mut [u8], pos: usize, count: u32) -> Self {
+        assert!(pos >= HEADER_LEN && pos <= buf.len() && buf.len() <= u32::MAX as usize, "resume position out of range");
+        BufferWriter { buf, pos, count }
+    }
+
     pub fn message_count(&self) -> u32 {
         self.count
     }
@@ -155,6 +162,11 @@ pub fn seal_loan(buf: &mut [u8], len: usize) -> usize {
     put_u32(buf, HEADER_LEN + 8, len as u32);
     put_u32(buf, HEADER_LEN + 12, 0);
     end
+}
+
+/// The message count in the header of a buffer this side encoded (for growing it in place later).
+pub fn message_count(buf: &[u8]) -> u32 {
+    get_u32(buf, 8)
 }
 
 fn get_u32(b: &[u8], at: usize) -> u32 {

@@ -18,6 +18,7 @@ use super::ring_link::RingLink;
 use super::{Capabilities, Link, Listener, Provider, Registration, TxBuf, Uri};
 use crate::error::{Error, Result};
 use crate::sync::Deadline;
+use crate::wire::BufferWriter;
 use bytes::Bytes;
 use socket::SocketAddress;
 use std::collections::VecDeque;
@@ -243,6 +244,9 @@ impl Link for IpcLink {
     }
     fn ship(&self, buf: TxBuf, len: usize) -> Result<()> {
         self.ring.ship(buf, len)
+    }
+    fn append(&self, fill: &mut dyn FnMut(&mut BufferWriter<'_>)) -> Result<bool> {
+        self.ring.append(fill)
     }
     fn receive(&self, deadline: Deadline) -> Result<Bytes> {
         self.ring.receive(deadline)
