@@ -48,6 +48,31 @@ def test_send_many_recv_many_try_recv(pair):
     assert client.stats()["buffers_sent"] < 500
 
 
+def test_recv_batch_columns_and_messages(pair):
+    client, server = pair
+    empty = server.recv_batch(timeout=0)
+    assert len(empty) == 0 and list(empty.sizes) == []
+    payloads = [bytes([i % 256]) * (i % 7 + 1) for i in range(300)]
+    client.send_many(payloads[:100])
+    for p in payloads[100:]:
+        client.send(p)  # one by one: they grow the buffer the server has not taken yet
+    client.send([b"two", b"frames"])
+    got = []
+    while sum(len(b) for b in got) < 301:
+        got.append(server.recv_batch(max_messages=64, timeout=1))
+    assert all(len(b) <= 64 for b in got)
+    sizes = [n for b in got for n in b.sizes]
+    assert sizes == [len(p) for p in payloads] + [9]
+    assert sum(b.nbytes for b in got) == sum(sizes)
+    messages = [m for b in got for m in b]
+    assert [bytes(m[0]) for m in messages[:300]] == payloads
+    assert [bytes(f) for f in got[-1][-1]] == [b"two", b"frames"]
+    with pytest.raises(IndexError):
+        got[0][len(got[0])]
+    with pytest.raises(ValueError):
+        server.recv_batch(max_messages=0)
+
+
 def test_iteration_ends_when_the_peer_closes(pair):
     client, server = pair
     for i in range(3):

@@ -17,8 +17,8 @@ from typing import Any
 
 from . import _core
 from ._core import (
-    Batch, Channel, Delivery, Frame, Listener, Loan, Message, Publisher, Queue, RawLink, RawListener, Subscriber,
-    build_profile,
+    Batch, Channel, Delivery, Frame, Listener, Loan, Message, MessageBatch, Publisher, Queue, RawLink, RawListener,
+    Subscriber, build_profile,
 )
 from .errors import (
     AddressError,
@@ -73,7 +73,7 @@ def raw_connect(uri: str, timeout: float | None = 5.0, **options: Any) -> RawLin
 
 
 __all__ = [
-    "Message", "Frame", "Channel", "Listener", "Loan", "Queue", "RawLink", "RawListener", "listen", "connect",
+    "Message", "MessageBatch", "Frame", "Channel", "Listener", "Loan", "Queue", "RawLink", "RawListener", "listen", "connect",
     "raw_listen", "raw_connect", "transports", "TransportInfo", "build_profile", "__version__",
     "Error", "Timeout", "MessageTooLarge", "AddressError", "UnsupportedScheme", "AddressInUse", "PeerGone",
     "ChannelClosed", "ProtocolError", "QueueFull", "BusMismatch", "Publisher", "Subscriber", "Delivery", "Batch",

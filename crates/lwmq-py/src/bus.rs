@@ -287,7 +287,7 @@ pub struct Batch {
     items: Vec<core::Delivery>,
 }
 
-fn u64_array<'py>(py: Python<'py>, values: impl Iterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn u64_array<'py>(py: Python<'py>, values: impl Iterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
     static ARRAY: pyo3::sync::GILOnceCell<PyObject> = pyo3::sync::GILOnceCell::new();
     let array = ARRAY.get_or_try_init(py, || py.import("array")?.getattr("array").map(Bound::unbind))?;
     let bytes: Vec<u8> = values.flat_map(u64::to_ne_bytes).collect();

@@ -111,20 +111,14 @@ impl Channel {
     /// Up to `max_messages` messages: waits up to `timeout` for the first, then takes what is there.
     #[pyo3(signature = (max_messages=1024, timeout=0.0))]
     fn recv_many(&self, py: Python<'_>, max_messages: usize, timeout: Option<f64>) -> PyResult<Vec<Message>> {
-        if max_messages == 0 {
-            return Err(PyValueError::new_err("max_messages must be at least 1"));
-        }
-        let inner = &self.inner;
-        let d = deadline(timeout)?;
-        let wrap = |v: Vec<lwmq_core::Message>| v.into_iter().map(|m| Message { inner: m }).collect::<Vec<_>>();
-        loop {
-            let slice = blocking_slice(d);
-            let got = py.allow_threads(|| inner.recv_many(max_messages, slice)).map_err(to_py)?;
-            if !got.is_empty() || slice == d {
-                return Ok(wrap(got));
-            }
-            py.check_signals()?;
-        }
+        let got = self.take_many(py, max_messages, timeout)?;
+        Ok(got.into_iter().map(|m| Message { inner: m }).collect())
+    }
+
+    /// Like `recv_many`, as one `MessageBatch` (no Python object per message until one is asked for).
+    #[pyo3(signature = (max_messages=65536, timeout=0.0))]
+    fn recv_batch(&self, py: Python<'_>, max_messages: usize, timeout: Option<f64>) -> PyResult<crate::message_batch::MessageBatch> {
+        self.take_many(py, max_messages, timeout).map(|items| crate::message_batch::MessageBatch { items })
     }
 
     /// A message if one is there now, else None.
@@ -252,6 +246,26 @@ impl Channel {
 
     fn __repr__(&self) -> String {
         format!("Channel(peer={:?}, closed={})", self.inner.peer(), self.inner.is_closed())
+    }
+}
+
+impl Channel {
+    /// Up to `max` messages: waits up to `timeout` for the first (in slices, so Ctrl-C is seen), then takes
+    /// what is there.
+    fn take_many(&self, py: Python<'_>, max: usize, timeout: Option<f64>) -> PyResult<Vec<lwmq_core::Message>> {
+        if max == 0 {
+            return Err(PyValueError::new_err("max_messages must be at least 1"));
+        }
+        let inner = &self.inner;
+        let d = deadline(timeout)?;
+        loop {
+            let slice = blocking_slice(d);
+            let got = py.allow_threads(|| inner.recv_many(max, slice)).map_err(to_py)?;
+            if !got.is_empty() || slice == d {
+                return Ok(got);
+            }
+            py.check_signals()?;
+        }
     }
 }
 

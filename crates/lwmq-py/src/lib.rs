@@ -10,6 +10,7 @@ mod links;
 mod listener;
 mod loan;
 mod message;
+mod message_batch;
 mod options;
 mod queue;
 
@@ -139,6 +140,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bus::Batch>()?;
     m.add_class::<message::Message>()?;
     m.add_class::<message::Frame>()?;
+    m.add_class::<message_batch::MessageBatch>()?;
     m.add_class::<channel::Channel>()?;
     m.add_class::<listener::Listener>()?;
     m.add_class::<queue::Queue>()?;
