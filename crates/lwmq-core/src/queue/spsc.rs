@@ -115,6 +115,12 @@ impl Producer {
     /// stays unclaimed until `end_amend`. Only for values below `BUSY`.
     pub fn begin_amend(&mut self, expected: u64) -> bool {
         debug_assert!(expected < BUSY);
+        // The consumer has claimed everything pushed: skip the compare-exchange, which would pull the
+        // slot's cache line from the consumer's core only to fail (`push` reads `tail` next anyway).
+        // ACQUIRE (P2): pairs with the consumer's RELEASE store of `tail` in `claim`.
+        if self.ring.ctl().tail.load(Acquire) == self.head {
+            return false;
+        }
         let slot = self.ring.slot(self.head.wrapping_sub(1));
         // ACQUIRE: nothing written for the amendment moves before the slot is ours (see `claim`).
         slot.compare_exchange(expected, expected | BUSY, Acquire, Relaxed).is_ok()
