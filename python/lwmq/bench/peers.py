@@ -573,11 +573,12 @@ def iox_ping_busy(spec: dict) -> dict:
 
 
 LOAN_SIZES = (4096, 65536, 1 << 20)
+LOAN_CONTENDER = "lwmq ipc loan/ship"
 
 CONTENDERS = [
     Contender("lwmq ipc send", "throughput", lwmq_send, lwmq_recv, module="lwmq"),
     Contender("lwmq ipc send_many", "throughput", lwmq_send_many, lwmq_recv, module="lwmq"),
-    Contender("lwmq ipc loan/ship", "throughput", lwmq_loan, lwmq_recv, sizes=LOAN_SIZES, module="lwmq"),
+    Contender(LOAN_CONTENDER, "throughput", lwmq_loan, lwmq_recv, sizes=LOAN_SIZES, module="lwmq"),
     Contender("lwmq ipc send / recv_many (objects)", "throughput", lwmq_send, lwmq_recv, module="lwmq",
               sizes=(16, 256, 4096), options={"objects": True}),
     Contender("pyzmq PUSH/PULL ipc", "throughput", zmq_push, zmq_pull, module="zmq"),
