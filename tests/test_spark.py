@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,8 +26,26 @@ pytestmark = pytest.mark.timeout(300)
 _n = count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory):
+    """Every JVM this suite starts (the session's, killed drivers', a standalone cluster's) writes its own
+    files (spark-*, blockmgr-*, native libraries, perf data) here, not in /tmp; removed at the end, so
+    a JVM killed on purpose leaves nothing behind."""
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_DIRS", "JAVA_TOOL_OPTIONS")}
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    os.environ["JAVA_TOOL_OPTIONS"] = f"-Djava.io.tmpdir={scratch} -XX:-UsePerfData"
+    yield scratch
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(spark_scratch):
     session = pipeline.local_session("lwmq-tests")
     yield session
     session.stop()
@@ -259,14 +278,25 @@ def test_the_job_runs_on_a_standalone_cluster_through_spark_submit(names, procs,
     assert pipeline.totals_of(seen[-1].rows) == {s: {"count": 200, "volume": 400} for s in pipeline.SYMBOLS}
 
 
-def test_the_demo_runs_and_checks_its_totals(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "lwmq", "demo", "--rate", "500", "--duration", "3",
-                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "ticks published" in out.stdout and "1,500" in out.stdout
-    assert "equal what was published" in out.stdout and "yes" in out.stdout.split("equal what was published")[1][:40]
-    assert "WARN" not in out.stdout + out.stderr  # Spark's own log went to the work dir
+def test_the_demo_runs_and_checks_its_totals(tmp_path, procs):
+    demo = procs([sys.executable, "-m", "lwmq", "demo", "--rate", "500", "--duration", "3", "--workdir", str(tmp_path)],
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output, _ = demo.communicate(timeout=240)  # on a timeout `procs` kills the demo's whole process group
+    assert demo.returncode == 0, output[-6000:]
+    assert "ticks published" in output and "1,500" in output
+    assert "equal what was published" in output and "yes" in output.split("equal what was published")[1][:40]
+    assert "WARN" not in output  # Spark's own log went to the work dir
     assert (tmp_path / "spark.log").exists()
+    assert (tmp_path / "scratch").is_dir(), "the demo's Spark kept its own files in the work dir"
+
+
+def test_the_demo_leaves_nothing_in_tmp_without_a_workdir(tmp_path, procs):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the demo makes its own work dir
+    demo = procs([sys.executable, "-m", "lwmq", "demo", "--rate", "200", "--duration", "2"],
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output, _ = demo.communicate(timeout=240)
+    assert demo.returncode == 0, output[-6000:]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_arrow_and_json_payloads_decode_into_the_given_columns():

@@ -78,11 +78,20 @@ def _feed_main(url: str, rate: float, duration: float, totals: str, ready: Any, 
 
 
 def run(rate: float = 2000.0, duration: float = 30.0, workdir: str | None = None, keep: bool = False) -> int:
+    """Runs the demo; a work dir it made itself is removed at the end, failure included, unless `keep`."""
+    work = workdir or tempfile.mkdtemp(prefix="lwmq-demo-")
+    try:
+        return _run(rate, duration, work)
+    finally:
+        if not keep and not workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(rate: float, duration: float, work: str) -> int:
     console = Console()
     ctx = multiprocessing.get_context("spawn")
     tag = f"lwmq-demo-{os.getpid()}"
     bus_url, results_url = f"bus://{tag}-ticks", f"ipc://{tag}-results"
-    work = workdir or tempfile.mkdtemp(prefix="lwmq-demo-")
     os.makedirs(work, exist_ok=True)
     paths = {k: os.path.join(work, k) for k in ("checkpoint", "spool", "totals.json", "summary.json", "receiver.json")}
     done, consumer_ready, feed_ready, linger = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
@@ -97,7 +106,8 @@ def run(rate: float = 2000.0, duration: float = 30.0, workdir: str | None = None
     try:
         t0 = time.monotonic()
         with console.status("starting Spark (local[2]) …"):
-            spark = pipeline.local_session("lwmq-demo", jvm_log=os.path.join(work, "spark.log"))
+            spark = pipeline.local_session("lwmq-demo", jvm_log=os.path.join(work, "spark.log"),
+                                           scratch=os.path.join(work, "scratch"))
             query = pipeline.start_query(spark, bus_url, results_url, paths["checkpoint"], paths["spool"])
         console.print(f"Spark up in {time.monotonic() - t0:.1f} s; the query runs while the feed publishes")
         while feeder.is_alive() and not os.path.exists(paths["totals.json"]):
@@ -139,6 +149,4 @@ def run(rate: float = 2000.0, duration: float = 30.0, workdir: str | None = None
     console.print(t)
     if not ok:
         console.print(f"published {published['symbols']}\nprocessed {summary['totals']}")
-    if not keep and not workdir:
-        shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1

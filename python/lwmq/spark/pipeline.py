@@ -33,12 +33,22 @@ def quiet_spark_env() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def local_session(app: str = "lwmq", master: str = "local[2]", jvm_log: str | None = None) -> Any:
+def local_session(app: str = "lwmq", master: str = "local[2]", jvm_log: str | None = None,
+                  scratch: str | None = None) -> Any:
     """A SparkSession for this machine with the settings shared/notes/SPARK.md found to matter. With
     `jvm_log`, the JVM's own standard error (start-up warnings, its log) goes to that file instead of
-    the terminal: the JVM inherits file descriptor 2 when it starts, so it is pointed there meanwhile."""
+    the terminal: the JVM inherits file descriptor 2 when it starts, so it is pointed there meanwhile.
+    With `scratch`, every file the JVM and Spark write for themselves (block manager and shuffle
+    directories, extracted native libraries, JVM performance data) goes under that folder instead of
+    /tmp, so whoever owns the folder removes them all, even after a JVM that was killed."""
     quiet_spark_env()
     from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    if scratch:
+        os.makedirs(scratch, exist_ok=True)
+        builder = builder.config("spark.local.dir", scratch).config(
+            "spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch} -XX:-UsePerfData")
 
     saved = None
     if jvm_log:
@@ -48,7 +58,7 @@ def local_session(app: str = "lwmq", master: str = "local[2]", jvm_log: str | No
         os.close(log_fd)
     try:
         spark = (
-            SparkSession.builder.master(master).appName(app)
+            builder.master(master).appName(app)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
