@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import lwmq
+import lwmq.spark
 from lwmq.spark.results import ResultReceiver
 from lwmq.spark.spool import Spool, SpoolError, read_range
 
@@ -104,6 +105,38 @@ def test_a_commit_whose_rows_never_came_is_refused(tmp_path):
         send(driver, {"k": "commit", "sink": "q", "batch": 0, "parts": [[5, 3]]})
         assert "rows missing" in reply(driver)["error"]
         assert rr.delivered == 0
+
+
+def test_a_batch_older_than_the_last_delivered_is_refused_not_dropped(tmp_path):
+    url = f"ipc://test-results-stale-{os.getpid()}"
+    with ResultReceiver(url, state=str(tmp_path / "state.json")) as rr, lwmq.connect(url, timeout=5) as driver:
+        for batch in (0, 1, 2):
+            send(driver, {"k": "commit", "sink": "q", "batch": batch, "mode": "append", "parts": []})
+            assert reply(driver) == {"ack": batch}
+        # A new query (new checkpoint, batch ids from 0 again) under the old sink id: refused, loudly.
+        send(driver, {"k": "commit", "sink": "q", "batch": 0, "mode": "append", "parts": []})
+        answer = reply(driver)
+        assert "older than batch 2" in answer["error"] and "sinkId" in answer["error"]
+        # The same batch id under another sink id is that sink's own.
+        send(driver, {"k": "commit", "sink": "other", "batch": 0, "mode": "append", "parts": []})
+        assert reply(driver) == {"ack": 0}
+        assert [rr.get(timeout=5).batch_id for _ in range(4)] == [0, 1, 2, 0]
+        assert rr.duplicates == 0
+
+
+def test_over_a_bus_an_undeliverable_batch_is_raised_to_the_application():
+    url = f"bus://test-results-bus-{os.getpid()}"
+    with ResultReceiver(url, commit_wait=0.2) as rr, lwmq.Publisher(url) as pub:
+        def control(header: dict) -> None:
+            pub.publish(b"lwmq.spark", [json.dumps(header).encode()], timeout=5)
+
+        control({"k": "commit", "sink": "q", "batch": 0, "mode": "append", "parts": []})
+        assert rr.get(timeout=5).batch_id == 0
+        control({"k": "commit", "sink": "q", "batch": 1, "mode": "append", "parts": [[7, 3]]})  # rows never sent
+        with pytest.raises(lwmq.spark.ResultsLost, match="rows missing"):
+            rr.get(timeout=5)
+        with pytest.raises(lwmq.spark.ResultsLost):  # and on every later call
+            next(iter(rr))
 
 
 def test_importing_lwmq_does_not_import_pyspark():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .results import ResultBatch, ResultReceiver
+from .results import ResultBatch, ResultReceiver, ResultsLost
 
 
 def __getattr__(name: str) -> Any:
@@ -35,4 +35,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(LwmqDataSource)
 
 
-__all__ = ["register", "LwmqDataSource", "ResultReceiver", "ResultBatch"]
+__all__ = ["register", "LwmqDataSource", "ResultReceiver", "ResultBatch", "ResultsLost"]

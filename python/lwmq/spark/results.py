@@ -14,6 +14,12 @@ Wire protocol (frames of each lwmq message; the header is JSON):
 Over ipc:// every executor task and the driver's commit connect to the receiver's listener; a commit is
 answered with {"ack": B} once the batch is delivered (or found to be a duplicate), so the next batch
 cannot overtake it. Over bus:// the bus's total order puts every row before the commit that names it.
+
+A re-run is always of the last batch delivered (Spark re-runs only the batch its log has not committed).
+A batch id *older* than that means another query writes under the same sink id (a new checkpoint with
+an old receiver state): it is refused, never dropped as a duplicate, so no result is lost silently. A
+refusal over ipc:// fails the writing query; over bus://, which has no way back to the writer, it (like
+results the bus overwrote before they were read) is raised by `get()` and iteration.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lwmq
+
+
+class ResultsLost(lwmq.Error):
+    """Results could not be delivered exactly once (overwritten on the bus, rows missing, or another query
+    writing under the same sink id); raised by `ResultReceiver.get` and iteration."""
 
 
 @dataclass
@@ -53,7 +64,8 @@ class ResultReceiver:
         self._last: dict[str, int] = self._load_state()
         self._staged: dict[tuple[str, int], list[dict]] = {}
         self._cond = threading.Condition()
-        self._out: queue.Queue[ResultBatch] = queue.Queue()
+        # Delivered batches, or the error that stopped the receiver (raised to the application).
+        self._out: queue.Queue[ResultBatch | Exception] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.delivered = 0
@@ -126,8 +138,12 @@ class ResultReceiver:
         while not self._stop.is_set():
             for d in self._sub.recv_many(4096, timeout=0.1):
                 if d.lost:
-                    raise RuntimeError(f"{self.url}: {d.lost} result messages were overwritten before they were read")
-                self._handle(d.message)
+                    self._out.put(ResultsLost(f"{self.url}: {d.lost} result messages were overwritten before they were read"))
+                    return
+                reply = self._handle(d.message)
+                if reply and "error" in reply:  # no way back to the writer: the application hears of it
+                    self._out.put(ResultsLost(f"{self.url}: {reply['error']}"))
+                    return
 
     def _handle(self, m) -> dict | None:
         header = json.loads(m[0].tobytes())
@@ -162,8 +178,12 @@ class ResultReceiver:
             # Everything staged for this sink is this batch's (winning or failed attempts): drop it all.
             for key in [k for k in self._staged if k[0] == sink]:
                 del self._staged[key]
-            if batch <= self._last.get(sink, -1):
-                self.duplicates += 1  # a re-run of a batch already delivered
+            last = self._last.get(sink, -1)
+            if batch < last:
+                return {"error": (f"batch {batch} is older than batch {last}, already delivered for sink {sink!r}: another "
+                                  "query writes under this sink id (give it its own checkpointLocation or sinkId)")}
+            if batch == last:
+                self.duplicates += 1  # a re-run of the batch delivered last
                 return {"ack": batch, "duplicate": True}
             self._last[sink] = batch
             self._save_state()
@@ -174,17 +194,21 @@ class ResultReceiver:
     # ------------------------------------------------------------------ the application's side
 
     def get(self, timeout: float | None = None) -> ResultBatch:
-        """The next delivered batch; raises lwmq.Timeout."""
+        """The next delivered batch; raises lwmq.Timeout, or ResultsLost if results could not be delivered."""
         try:
-            return self._out.get(timeout=timeout)
+            item = self._out.get(timeout=timeout)
         except queue.Empty:
             raise lwmq.Timeout("no result batch") from None
+        if isinstance(item, Exception):
+            self._out.put(item)  # every later call raises it too
+            raise item
+        return item
 
     def __iter__(self):
         while not self._stop.is_set():
             try:
-                yield self._out.get(timeout=0.1)
-            except queue.Empty:
+                yield self.get(timeout=0.1)
+            except lwmq.Timeout:
                 continue
 
     def close(self) -> None:
