@@ -275,6 +275,10 @@ def test_clear_errors(bus):
             lwmq.Subscriber(bus, capacity=32)
         with pytest.raises(lwmq.BusMismatch, match="backpressure"):
             lwmq.Publisher(bus, backpressure=True)
+        with pytest.raises(lwmq.BusMismatch, match="max_message_size 64 .asked 128."):
+            lwmq.Subscriber(bus, max_message_size=128)
+        with lwmq.Subscriber(bus, capacity=16, max_message_size=64):  # asking for what it has is fine
+            pass
         with pytest.raises(lwmq.MessageTooLarge):
             pub.publish(b"t", bytes(100))
         with pytest.raises(TypeError):
@@ -306,6 +310,17 @@ def test_multi_frame_messages_and_delivery_fields(bus):
         assert np.frombuffer(d.message[1], dtype=np.float64).tolist() == list(range(10))
         assert t0 <= d.timestamp_ns <= time.time_ns() and d.nbytes == 6 + 80
         assert sub.try_recv() is None
+
+
+def test_an_idle_subscriber_sleeps_instead_of_spinning(bus):
+    """A subscriber with nothing to read sleeps on the tail's futex once its spin is over: blocked in
+    recv for a second, the whole process uses a small fraction of a core (a spinning one uses all of it)."""
+    with lwmq.Publisher(bus), lwmq.Subscriber(bus) as sub:
+        cpu, wall = time.process_time(), time.perf_counter()
+        with pytest.raises(lwmq.Timeout):
+            sub.recv(timeout=1.0)
+        used = (time.process_time() - cpu) / (time.perf_counter() - wall)
+    assert used < 0.2, f"{used:.0%} of a core while idle"
 
 
 def test_a_blocked_recv_is_interrupted_by_ctrl_c(bus):
