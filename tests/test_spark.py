@@ -172,6 +172,7 @@ def test_exactly_once_when_the_driver_jvm_is_killed(names, procs, tmp_path):
         drain(rr, seen)
     log.close()
     assert pipeline.totals_of(seen[-1].rows) == published(names)["symbols"]
+    assert len({b.batch_id for b in seen}) == len(seen), "a batch was delivered twice"
 
 
 def fails_then_counts(spark, names, error: str) -> dict:

@@ -301,12 +301,8 @@ impl Batch {
     }
 
     fn __getitem__(&self, index: isize) -> PyResult<Delivery> {
-        let n = self.items.len() as isize;
-        let i = if index < 0 { index + n } else { index };
-        if !(0..n).contains(&i) {
-            return Err(pyo3::exceptions::PyIndexError::new_err("batch index out of range"));
-        }
-        Ok(Delivery { inner: self.items[i as usize].clone() })
+        let i = crate::message::sequence_index(index, self.items.len(), "batch")?;
+        Ok(Delivery { inner: self.items[i].clone() })
     }
 
     fn __iter__(&self, py: Python<'_>) -> PyResult<PyObject> {

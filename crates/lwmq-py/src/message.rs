@@ -177,6 +177,15 @@ impl Frame {
     }
 }
 
+/// A Python sequence index (negative counts from the end) checked against `len`.
+pub(crate) fn sequence_index(index: isize, len: usize, what: &str) -> PyResult<usize> {
+    let i = if index < 0 { index + len as isize } else { index };
+    if !(0..len as isize).contains(&i) {
+        return Err(PyIndexError::new_err(format!("{what} index out of range")));
+    }
+    Ok(i as usize)
+}
+
 #[pyclass(frozen, module = "lwmq._core")]
 pub struct Message {
     pub inner: CoreMessage,
@@ -199,12 +208,8 @@ impl Message {
     }
 
     fn __getitem__(&self, index: isize) -> PyResult<Frame> {
-        let n = self.inner.len() as isize;
-        let i = if index < 0 { index + n } else { index };
-        if !(0..n).contains(&i) {
-            return Err(PyIndexError::new_err("frame index out of range"));
-        }
-        Ok(Frame { data: self.inner.frames()[i as usize].clone() })
+        let i = sequence_index(index, self.inner.len(), "frame")?;
+        Ok(Frame { data: self.inner.frames()[i].clone() })
     }
 
     #[getter]

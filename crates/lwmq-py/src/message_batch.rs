@@ -18,12 +18,8 @@ impl MessageBatch {
     }
 
     fn __getitem__(&self, index: isize) -> PyResult<Message> {
-        let n = self.items.len() as isize;
-        let i = if index < 0 { index + n } else { index };
-        if !(0..n).contains(&i) {
-            return Err(pyo3::exceptions::PyIndexError::new_err("batch index out of range"));
-        }
-        Ok(Message { inner: self.items[i as usize].clone() })
+        let i = crate::message::sequence_index(index, self.items.len(), "batch")?;
+        Ok(Message { inner: self.items[i].clone() })
     }
 
     fn __iter__(&self, py: Python<'_>) -> PyResult<PyObject> {
