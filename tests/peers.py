@@ -61,7 +61,7 @@ def main() -> None:
         return
     if role == "forge":
         link = lwmq.raw_connect(url, timeout=10)
-        link._forge_descriptor((999_999 << 32) | 10)
+        link._forge_descriptor(opts.get("value", (999_999 << 32) | 10))
         print("ready", flush=True)
         time.sleep(30)
         return

@@ -182,6 +182,28 @@ def test_out_of_range_descriptor_is_a_protocol_error(closer, spawn, ipc_uri):
         ch.recv(timeout=10)
 
 
+def test_a_slot_pushed_but_never_written_is_a_protocol_error(closer, spawn, ipc_uri):
+    listener = closer(lwmq.listen(ipc_uri))
+    spawn("forge", ipc_uri, f"value={2**64 - 1}")  # what a claimed slot holds
+    ch = closer(listener.accept(timeout=10))
+    with pytest.raises(lwmq.ProtocolError, match="never written"):
+        ch.recv(timeout=10)
+
+
+def test_a_buffer_left_half_grown_by_a_peer_that_died_is_reported_lost(closer, spawn, ipc_uri):
+    """A sender killed while appending to its last shipped buffer leaves that slot marked busy: the
+    receiver never delivers part of it, and says so when the peer is gone."""
+    listener = closer(lwmq.listen(ipc_uri))
+    peer = spawn("forge", ipc_uri, f"value={(1 << 63) | 64}")  # buffer 0, 64 bytes, busy
+    ch = closer(listener.accept(timeout=10))
+    with pytest.raises(lwmq.Timeout):  # busy: not delivered while its writer might still finish it
+        ch.recv(timeout=0.2)
+    peer.kill()
+    peer.wait()
+    with pytest.raises(lwmq.PeerGone, match="messages of that buffer are lost"):
+        ch.recv(timeout=10)
+
+
 def test_wrong_version_hello_is_refused_with_a_clear_reason(closer, ipc_uri, caplog):
     listener = closer(lwmq.listen(ipc_uri))
     name = ipc_uri.removeprefix("ipc://")
