@@ -159,12 +159,10 @@ impl Channel {
     #[pyo3(signature = (nbytes, timeout=None))]
     fn loan(&self, py: Python<'_>, nbytes: usize, timeout: Option<f64>) -> PyResult<crate::loan::Loan> {
         let inner = &self.inner;
-        // First without waiting and with the GIL kept: a free buffer is the common case, and releasing
-        // the GIL costs more than taking it.
-        match inner.loan(nbytes, no_wait()) {
-            Ok(loan) => return Ok(crate::loan::Loan::new(loan)),
-            Err(e) if !is_timeout(&e) || timeout == Some(0.0) => return Err(to_py(e)),
-            Err(_) => {}
+        // First with the GIL kept and without waiting for anything (not even the encoder's lock): a free
+        // buffer is the common case, and releasing the GIL costs more than taking it.
+        if let Some(loan) = inner.try_loan(nbytes).map_err(to_py)? {
+            return Ok(crate::loan::Loan::new(loan));
         }
         blocking::run(py, deadline(timeout)?, is_timeout, |d| inner.loan(nbytes, d), to_py).map(crate::loan::Loan::new)
     }

@@ -438,12 +438,33 @@ impl Channel {
     /// Lends a transport buffer for a one-frame message of up to `nbytes` written in place (zero-copy
     /// send). Messages this channel already queued are shipped first, so one thread's order holds.
     pub fn loan(&self, nbytes: usize, deadline: Deadline) -> Result<Loan> {
+        self.check_loan(nbytes)?;
+        self.loan_entered(self.shared.tx.lock(), nbytes, deadline)
+    }
+
+    /// `loan` without waiting at all, not even for the encoder's state (the flusher may hold it while it
+    /// waits for a buffer): `None` when a buffer is not free at once.
+    pub fn try_loan(&self, nbytes: usize) -> Result<Option<Loan>> {
+        self.check_loan(nbytes)?;
+        let Some(tx) = self.shared.tx.try_enter() else { return Ok(None) };
+        match self.loan_entered(tx, nbytes, no_wait()) {
+            Ok(loan) => Ok(Some(loan)),
+            Err(Error::Timeout(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn check_loan(&self, nbytes: usize) -> Result<()> {
         self.usable()?;
-        let shared = &self.shared;
-        if nbytes > wire::max_loan(shared.buffer_size) {
+        if nbytes > wire::max_loan(self.shared.buffer_size) {
             return Err(Error::MessageTooLarge { size: nbytes + wire::LOAN_OFFSET - wire::HEADER_LEN, max: self.max_message_size() });
         }
-        let mut tx = shared.tx.lock();
+        Ok(())
+    }
+
+    /// The rest of `loan`, holding the encoder's state.
+    fn loan_entered(&self, mut tx: crate::sync::MutexGuard<'_, TxState>, nbytes: usize, deadline: Deadline) -> Result<Loan> {
+        let shared = &self.shared;
         match shared.drain(&mut tx, deadline) {
             Ok(false) => {}
             Ok(true) => return Err(Error::Timeout("queued messages still waiting for buffers".into())),

@@ -208,6 +208,17 @@ fn messages_sent_one_by_one_grow_the_buffer_the_peer_has_not_taken() {
 }
 
 #[test]
+fn try_loan_never_waits() {
+    let (a, b) = pair(Options { buffer_size: Some(4096), send_buffers: Some(1), ..Options::default() });
+    let mut held = a.try_loan(100).unwrap().expect("a free buffer");
+    assert!(a.try_loan(100).unwrap().is_none(), "the only buffer is lent");
+    assert!(matches!(a.try_loan(5000), Err(Error::MessageTooLarge { .. })));
+    held.data()[..4].copy_from_slice(&7u32.to_le_bytes());
+    held.ship(4).unwrap();
+    assert_eq!(val(&b.recv(soon()).unwrap()), 7);
+}
+
+#[test]
 fn unknown_group_is_an_invalid_option() {
     let (a, _b) = pair(Options::default());
     assert!(matches!(a.queue("urgent", Producers::One), Err(Error::InvalidOption(_))));
