@@ -26,7 +26,7 @@ build: $(VENV)/.build-stamp
 # The Spark extra (pyspark with its sql extra: pyarrow, pandas); Spark needs Java 17+ on the machine.
 SPARK_STAMP := $(VENV)/.spark-stamp
 $(SPARK_STAMP): $(STAMP) pyproject.toml
-	@java -version >/dev/null 2>&1 || { echo "Spark needs Java 17 or newer (java not found)"; exit 1; }
+	@java -XX:-UsePerfData -version >/dev/null 2>&1 || { echo "Spark needs Java 17 or newer (java not found)"; exit 1; }
 	$(PY) -m pip install --quiet "pyspark[sql]>=4.2" "pandas<3"
 	touch $@
 
