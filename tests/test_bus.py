@@ -283,6 +283,9 @@ def test_clear_errors(bus):
             pub.publish(b"t", bytes(100))
         with pytest.raises(TypeError):
             pub.publish([b"a"], b"x")
+        for not_pairs in ([b"t", b"x"], [(b"t",)], [[b"t", b"x"]]):
+            with pytest.raises(TypeError, match="pairs"):
+                pub.publish_many(not_pairs)
         with pytest.raises(TypeError):
             lwmq.Subscriber(bus, topics=b"AAPL")  # a list is needed
         with pytest.raises(ValueError):

@@ -159,14 +159,26 @@ impl Publisher {
     #[pyo3(signature = (items, timeout=None))]
     fn publish_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<usize> {
         let p = self.get()?;
-        let mut held = Vec::new();
+        let mut held = Vec::with_capacity(items.len().unwrap_or(0));
         for item in items.try_iter()? {
-            let (topic, message): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-            held.push((borrowed_topic(&topic)?, Borrowed::new(&message)?));
+            let item = item?;
+            let pair = item.downcast::<pyo3::types::PyTuple>().ok().filter(|t| t.len() == 2);
+            let Some(pair) = pair else { return Err(PyTypeError::new_err("publish_many takes (topic, message) pairs")) };
+            held.push((borrowed_topic(&pair.get_item(0)?)?, Borrowed::new(&pair.get_item(1)?)?));
         }
-        let frames: Vec<Vec<&[u8]>> = held.iter().map(|(_, m)| m.slices()).collect();
+        // Every frame in one list (no allocation per message); each message takes its run of it.
+        let mut frames: Vec<&[u8]> = Vec::with_capacity(held.len());
+        let mut runs = Vec::with_capacity(held.len());
+        for (_, m) in &held {
+            let start = frames.len();
+            match m.single() {
+                Some(f) => frames.push(f),
+                None => frames.extend(m.slices()),
+            }
+            runs.push(start..frames.len());
+        }
         let items: Vec<(&[u8], &[&[u8]])> =
-            held.iter().zip(&frames).map(|((t, _), f)| (t.single().expect("one frame"), f.as_slice())).collect();
+            held.iter().zip(runs).map(|((t, _), r)| (t.single().expect("one frame"), &frames[r])).collect();
         let d = deadline(timeout)?;
         let mut done = 0;
         loop {
@@ -284,68 +296,78 @@ impl Delivery {
 /// iteration); the columns (`seqs`, `sizes`, ...) come as `array.array("Q")` in one call each.
 #[pyclass(frozen, sequence, module = "lwmq._core")]
 pub struct Batch {
-    items: Vec<core::Delivery>,
+    inner: core::Received,
 }
 
-pub(crate) fn u64_array<'py>(py: Python<'py>, values: impl Iterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn u64_array<'py>(py: Python<'py>, values: impl ExactSizeIterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
     static ARRAY: pyo3::sync::GILOnceCell<PyObject> = pyo3::sync::GILOnceCell::new();
     let array = ARRAY.get_or_try_init(py, || py.import("array")?.getattr("array").map(Bound::unbind))?;
-    let bytes: Vec<u8> = values.flat_map(u64::to_ne_bytes).collect();
-    array.bind(py).call1(("Q", PyBytes::new(py, &bytes)))
+    // Written straight into the bytes object the array copies from (one pass, one copy).
+    let bytes = PyBytes::new_with(py, values.len() * 8, |b| {
+        b.chunks_exact_mut(8).zip(values).for_each(|(d, v)| d.copy_from_slice(&v.to_ne_bytes()));
+        Ok(())
+    })?;
+    array.bind(py).call1(("Q", bytes))
+}
+
+impl Batch {
+    fn delivery(&self, i: usize) -> PyResult<Delivery> {
+        self.inner.delivery(i).map(|inner| Delivery { inner }).map_err(to_py)
+    }
 }
 
 #[pymethods]
 impl Batch {
     fn __len__(&self) -> usize {
-        self.items.len()
+        self.inner.len()
     }
 
     fn __getitem__(&self, index: isize) -> PyResult<Delivery> {
-        let i = crate::message::sequence_index(index, self.items.len(), "batch")?;
-        Ok(Delivery { inner: self.items[i].clone() })
+        self.delivery(crate::message::sequence_index(index, self.inner.len(), "batch")?)
     }
 
     fn __iter__(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let list = pyo3::types::PyList::new(py, self.items.iter().map(|d| Delivery { inner: d.clone() }))?;
+        let items = (0..self.inner.len()).map(|i| self.delivery(i)).collect::<PyResult<Vec<_>>>()?;
+        let list = pyo3::types::PyList::new(py, items)?;
         Ok(list.try_iter()?.into_any().unbind())
     }
 
     /// Global sequence numbers.
     #[getter]
     fn seqs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        u64_array(py, self.items.iter().map(|d| d.seq))
+        u64_array(py, self.inner.entries.iter().map(|e| e.seq))
     }
 
     /// Payload bytes of each message (over all its frames).
     #[getter]
     fn sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        u64_array(py, self.items.iter().map(|d| d.message.nbytes() as u64))
+        u64_array(py, self.inner.entries.iter().map(|e| e.nbytes as u64))
     }
 
     #[getter]
     fn publishers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        u64_array(py, self.items.iter().map(|d| d.publisher))
+        u64_array(py, self.inner.entries.iter().map(|e| e.publisher))
     }
 
     #[getter]
     fn timestamps_ns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        u64_array(py, self.items.iter().map(|d| d.timestamp_ns))
+        u64_array(py, self.inner.entries.iter().map(|e| e.timestamp_ns))
     }
 
     #[getter]
     fn topics<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
-        self.items.iter().map(|d| PyBytes::new(py, &d.topic)).collect()
+        (0..self.inner.len()).map(|i| PyBytes::new(py, self.inner.topic(i))).collect()
     }
 
     /// Messages lost (overrun) just before or between the messages of this batch.
     #[getter]
     fn lost(&self) -> u64 {
-        self.items.iter().map(|d| d.lost).sum()
+        self.inner.entries.iter().map(|e| e.lost).sum()
     }
 
     fn __repr__(&self) -> String {
-        match (self.items.first(), self.items.last()) {
-            (Some(a), Some(b)) => format!("<lwmq.Batch of {} (seq {}..{})>", self.items.len(), a.seq, b.seq),
+        match (self.inner.entries.first(), self.inner.entries.last()) {
+            (Some(a), Some(b)) => format!("<lwmq.Batch of {} (seq {}..{})>", self.inner.len(), a.seq, b.seq),
             _ => "<lwmq.Batch of 0>".into(),
         }
     }
@@ -463,8 +485,8 @@ impl Subscriber {
         if max_messages == 0 {
             return Err(PyValueError::new_err("max_messages must be at least 1"));
         }
-        let items = self.receive(py, timeout, |s, d| s.recv_many(max_messages, d))?.unwrap_or_default();
-        Ok(Batch { items })
+        let inner = self.receive(py, timeout, |s, d| s.recv_columns(max_messages, d))?.unwrap_or_default();
+        Ok(Batch { inner })
     }
 
     /// A delivery if one is there now, else None.

@@ -388,12 +388,13 @@ impl Publisher {
         loop {
             let slice_end = Instant::now() + REAP_EVERY;
             let slice = Some(deadline.map_or(slice_end, |d| d.min(slice_end)));
-            let reap = last_reap.elapsed() >= REAP_EVERY;
-            if reap {
+            // Reap (read /proc for laggards) once per slice, not on every spin of the wait below.
+            if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();
+                self.scan(true);
             }
             let got = h.space_wait.wait_for(self.policy, slice, || {
-                let limit = self.scan(reap);
+                let limit = self.scan(false);
                 self.limit.store(limit, Relaxed);
                 (h.tail.load(Relaxed) < limit).then_some(())
             });
@@ -447,6 +448,66 @@ pub struct Delivery {
     pub lost: u64,
 }
 
+/// Many deliveries as columns: their payloads copied back to back into one buffer, and one `Entry` per
+/// message. Cheaper than a `Delivery` each (no per-message reference counts or frame lists); a
+/// `Delivery` is made on demand by `delivery(i)`.
+#[derive(Clone, Debug, Default)]
+pub struct Received {
+    pub data: Bytes,
+    pub entries: Vec<Entry>,
+}
+
+/// One message of a `Received`: where its payload lies in `data`, and its metadata.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub seq: u64,
+    pub publisher: u64,
+    pub timestamp_ns: u64,
+    /// Messages lost (overrun) just before this one.
+    pub lost: u64,
+    pub offset: usize,
+    pub len: u32,
+    pub topic_len: u16,
+    pub nframes: u16,
+    /// Bytes over all its frames (headers and topic excluded).
+    pub nbytes: u32,
+}
+
+impl Received {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn topic(&self, i: usize) -> &[u8] {
+        let e = &self.entries[i];
+        &self.data[e.offset..][..e.topic_len as usize]
+    }
+
+    /// Message `i` as a `Delivery` sharing this batch's buffer (no copy).
+    pub fn delivery(&self, i: usize) -> Result<Delivery> {
+        let e = &self.entries[i];
+        let payload = self.data.slice(e.offset..e.offset + e.len as usize);
+        let (topic, frames) = segment::split_payload(&payload, e.topic_len as usize, e.nframes as usize)?;
+        Ok(Delivery { seq: e.seq, topic, message: Message::new(frames), publisher: e.publisher, timestamp_ns: e.timestamp_ns, lost: e.lost })
+    }
+}
+
+/// A slot copied out by `Subscriber::poll_raw`: its payload is at `at` in the caller's buffer.
+struct Raw {
+    seq: u64,
+    at: usize,
+    len: usize,
+    topic_len: usize,
+    nframes: usize,
+    publisher: u64,
+    timestamp_ns: u64,
+    lost: u64,
+}
+
 pub struct Subscriber {
     bus: Arc<Bus>,
     member: usize,
@@ -462,13 +523,11 @@ pub struct Subscriber {
     /// Received messages are copied here, many per allocation (the arena's chunks are freed when the
     /// last message copied into them is dropped).
     arena: bytes::BytesMut,
+    /// `recv_columns` alternates between two buffers: once the batch before last is dropped, its
+    /// buffer is reused whole (no allocation, no fresh pages to fault in).
+    columns: [bytes::BytesMut; 2],
+    flip: usize,
     closed: bool,
-}
-
-/// What one look at the ring found.
-enum Polled {
-    Delivery(Delivery),
-    Nothing,
 }
 
 impl Subscriber {
@@ -512,7 +571,7 @@ impl Subscriber {
             return Err(Error::InvalidOption(format!("bus://{} already has {MAX_MEMBERS} subscribers", bus.name)));
         };
         h.member_epoch.fetch_add(1, AcqRel);
-        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, arena: bytes::BytesMut::new(), closed: false })
+        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, arena: bytes::BytesMut::new(), columns: Default::default(), flip: 0, closed: false })
     }
 
     pub fn bus(&self) -> &Arc<Bus> {
@@ -540,85 +599,114 @@ impl Subscriber {
         }
     }
 
-    /// Copies `len` bytes at `src` into the arena, 8-byte aligned; returns where they start.
-    fn copy_in(&mut self, src: *const u8, len: usize) -> usize {
-        let pad = self.arena.len().next_multiple_of(8) - self.arena.len();
-        if self.arena.capacity() - self.arena.len() < pad + len {
-            self.arena = bytes::BytesMut::with_capacity(ARENA.max(len));
-        }
-        let at = self.arena.len().next_multiple_of(8);
-        self.arena.resize(at, 0);
-        // SAFETY: the caller passes a slot's payload area with `len` <= max_message_size (checked). The
-        // bytes may be overwritten while we copy (another process writes them); such a copy is then
-        // discarded by the stamp re-check (see `poll`), never interpreted.
-        self.arena.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-        at
-    }
-
-    /// Looks at the ring once: a delivery, or nothing available now.
-    fn poll(&mut self) -> Result<Polled> {
+    /// Copies up to `max` matching messages from the ring into `buf` (each 8-byte aligned), passing
+    /// each one's place and metadata to `took`; stops early when nothing more is available now.
+    /// Skipped (overrun) sequences are reported on the next message taken. A corrupt slot (or `took`
+    /// refusing a message) ends the run with that error, after the messages before it were taken.
+    fn take_raw(&mut self, buf: &mut bytes::BytesMut, max: usize, mut took: impl FnMut(&bytes::BytesMut, Raw) -> Result<()>) -> Result<usize> {
         let bus = Arc::clone(&self.bus);
         let seg = &bus.seg;
         let h = seg.header();
         let cap = seg.geometry.capacity as u64;
-        let max = seg.geometry.max_message_size as usize;
+        let max_size = seg.geometry.max_message_size as usize;
         let filter_all = self.filter.exact.is_empty() && self.filter.prefixes.is_empty();
-        loop {
-            // ACQUIRE (pair B3 with the RELEASE tail store in `Publisher::append`).
-            let tail = h.tail.load(Acquire);
+        let mut taken = 0;
+        // ACQUIRE (pair B3 with the RELEASE tail store in `Publisher::append`); re-read only once
+        // reached, so the tail's cache line is not pulled from a publisher for every message.
+        let mut tail = h.tail.load(Acquire);
+        while taken < max {
             if self.next >= tail {
-                return Ok(Polled::Nothing);
+                // ACQUIRE (pair B3): as above.
+                tail = h.tail.load(Acquire);
+                if self.next >= tail {
+                    break;
+                }
             }
             if tail - self.next > cap {
                 self.skip_to(tail - cap);
             }
             let s = self.next;
             let (slot, payload) = seg.slot(s);
-            let mark = self.arena.len();
+            let mark = buf.len();
             let read = seqlock::read(&slot.stamp, s, || {
                 let len = slot.len.load(Relaxed) as usize;
                 let topic_len = slot.topic_len.load(Relaxed) as usize;
-                if len > max || topic_len > len {
+                if len > max_size || topic_len > len {
                     return Err(());
                 }
                 if !filter_all {
-                    // SAFETY: topic_len <= max (checked) bytes of this slot's payload area; torn bytes
-                    // only make a wrong match, which the stamp re-check throws away.
+                    // SAFETY: topic_len <= max_size (checked) bytes of this slot's payload area; torn
+                    // bytes only make a wrong match, which the stamp re-check throws away.
                     let topic = unsafe { std::slice::from_raw_parts(payload, topic_len) };
                     if !self.filter.matches(topic) {
                         return Ok(None);
                     }
                 }
-                let at = self.copy_in(payload, len);
-                let meta = (slot.publisher.load(Relaxed), slot.timestamp_ns.load(Relaxed), topic_len, slot.nframes.load(Relaxed) as usize);
-                Ok(Some((at, meta)))
+                let at = mark.next_multiple_of(8);
+                if at > mark {
+                    buf.resize(at, 0);
+                }
+                // SAFETY: `payload` is this slot's payload area and `len` <= max_message_size (checked).
+                // The bytes may be overwritten while we copy (another process writes them); such a copy
+                // is then discarded by the stamp re-check, never interpreted.
+                buf.extend_from_slice(unsafe { std::slice::from_raw_parts(payload, len) });
+                let meta = (slot.nframes.load(Relaxed) as usize, slot.publisher.load(Relaxed), slot.timestamp_ns.load(Relaxed));
+                Ok(Some((at, len, topic_len, meta)))
             });
             match read {
                 seqlock::Read::Whole(Ok(None)) => self.next += 1,
-                seqlock::Read::Whole(Ok(Some((at, (publisher, timestamp_ns, topic_len, nframes))))) => {
+                seqlock::Read::Whole(Ok(Some((at, len, topic_len, (nframes, publisher, timestamp_ns))))) => {
                     self.next += 1;
-                    let message = self.arena.split().freeze().slice(at - mark..);
-                    let (topic, frames) = segment::split_payload(&message, topic_len, nframes)?;
                     let lost = std::mem::take(&mut self.pending_lost);
-                    return Ok(Polled::Delivery(Delivery { seq: s, topic, message: Message::new(frames), publisher, timestamp_ns, lost }));
+                    took(buf, Raw { seq: s, at, len, topic_len, nframes, publisher, timestamp_ns, lost })?;
+                    taken += 1;
+                    if taken % CURSOR_EVERY == 0 {
+                        self.publish_cursor(); // a long batch lets blocked publishers go on as it reads
+                    }
                 }
                 seqlock::Read::Whole(Err(())) => {
                     self.next += 1;
                     return Err(Error::Protocol(format!("corrupt bus slot for sequence {s}")));
                 }
                 seqlock::Read::Overrun => {
-                    self.arena.truncate(mark);
-                    let tail = h.tail.load(Acquire);
+                    buf.truncate(mark);
+                    tail = h.tail.load(Acquire);
                     self.skip_to((s + 1).max(tail.saturating_sub(cap) + 1));
                 }
                 // Below the tail every slot is whole unless a member scribbled on it: skip it, loudly.
                 seqlock::Read::NotYet => {
-                    self.arena.truncate(mark);
+                    buf.truncate(mark);
                     self.next += 1;
                     return Err(Error::Protocol(format!("bus slot for published sequence {s} is not whole")));
                 }
             }
         }
+        Ok(taken)
+    }
+
+    /// Looks at the ring once: the next matching message as a `Delivery` (its payload in the arena), or
+    /// `None` when nothing is available now.
+    fn poll(&mut self) -> Result<Option<Delivery>> {
+        let room = self.bus.seg.geometry.max_message_size as usize + 8;
+        let mut arena = std::mem::take(&mut self.arena);
+        if arena.capacity() - arena.len() < room {
+            arena = bytes::BytesMut::with_capacity(ARENA.max(room));
+        }
+        let mut got = None;
+        let out = self.take_raw(&mut arena, 1, |_, r| {
+            got = Some(r);
+            Ok(())
+        });
+        let out = out.and_then(|_| match got {
+            None => Ok(None),
+            Some(r) => {
+                let message = arena.split().freeze().slice(r.at..r.at + r.len);
+                let (topic, frames) = segment::split_payload(&message, r.topic_len, r.nframes)?;
+                Ok(Some(Delivery { seq: r.seq, topic, message: Message::new(frames), publisher: r.publisher, timestamp_ns: r.timestamp_ns, lost: r.lost }))
+            }
+        });
+        self.arena = arena;
+        out
     }
 
     /// Publishes how far we have read, so backpressure lets publishers reuse the slots behind us.
@@ -641,7 +729,7 @@ impl Subscriber {
         loop {
             let polled = self.poll();
             self.publish_cursor();
-            if let Polled::Delivery(d) = polled? {
+            if let Some(d) = polled? {
                 return Ok(d);
             }
             let h = self.bus.seg.header();
@@ -664,8 +752,8 @@ impl Subscriber {
                 self.publish_cursor(); // a long batch lets blocked publishers go on as it reads
             }
             match self.poll() {
-                Ok(Polled::Delivery(d)) => out.push(d),
-                Ok(Polled::Nothing) => break,
+                Ok(Some(d)) => out.push(d),
+                Ok(None) => break,
                 Err(e) => {
                     self.pending_error = Some(e); // the slot is skipped; the error is the next call's
                     break;
@@ -674,6 +762,65 @@ impl Subscriber {
         }
         self.publish_cursor();
         Ok(out)
+    }
+
+    /// Like `recv_many`, as columns (`Received`): up to `max` matching messages, waiting until
+    /// `deadline` for the first, then taking what is there. All payloads go into one buffer.
+    pub fn recv_columns(&mut self, max: usize, deadline: Deadline) -> Result<Received> {
+        self.usable()?;
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        let mut buf = std::mem::take(&mut self.columns[self.flip]);
+        let got = self.fill_columns(&mut buf, max, deadline);
+        let data = buf.split().freeze();
+        self.columns[self.flip] = buf;
+        self.flip ^= 1;
+        got.map(|entries| Received { data, entries })
+    }
+
+    fn fill_columns(&mut self, buf: &mut bytes::BytesMut, max: usize, deadline: Deadline) -> Result<Vec<Entry>> {
+        let bus = Arc::clone(&self.bus);
+        let h = bus.seg.header();
+        let slot = bus.seg.geometry.max_message_size as usize + 8;
+        let mut entries: Vec<Entry> = Vec::new();
+        loop {
+            // Room for what is there now (a filter may leave some of it out): reclaims this buffer's
+            // allocation when the batch that used it last is gone.
+            let ready = (h.tail.load(Acquire).saturating_sub(self.next) as usize).clamp(1, max);
+            buf.reserve(ready * slot);
+            entries.reserve(ready);
+            let taken = self.take_raw(buf, max - entries.len(), |buf, r| {
+                let mut nbytes = 0;
+                segment::check_payload(&buf[r.at..r.at + r.len], r.topic_len, r.nframes, |f| nbytes += f.len())?;
+                entries.push(Entry {
+                    seq: r.seq,
+                    publisher: r.publisher,
+                    timestamp_ns: r.timestamp_ns,
+                    lost: r.lost,
+                    offset: r.at,
+                    len: r.len as u32,
+                    topic_len: r.topic_len as u16,
+                    nframes: r.nframes as u16,
+                    nbytes: nbytes as u32,
+                });
+                Ok(())
+            });
+            self.publish_cursor();
+            match taken {
+                Err(e) if entries.is_empty() => return Err(e),
+                Err(e) => {
+                    self.pending_error = Some(e); // the slot is skipped; the error is the next call's
+                    return Ok(entries);
+                }
+                Ok(_) if !entries.is_empty() => return Ok(entries),
+                Ok(_) => {}
+            }
+            let next = self.next;
+            if h.tail_wait.wait_for(self.policy, deadline, || (h.tail.load(Acquire) > next).then_some(())).is_none() {
+                return Err(Error::Timeout("nothing published".into()));
+            }
+        }
     }
 
     /// Leaves the bus: publishers stop waiting for us at once.

@@ -244,15 +244,16 @@ pub unsafe fn write_payload(dst: *mut u8, topic: &[u8], frames: &[&[u8]], before
     }
 }
 
-/// Splits a copied-out payload into its topic and frames, checking every length (the bytes came from
-/// shared memory another member writes).
-pub fn split_payload(payload: &bytes::Bytes, topic_len: usize, nframes: usize) -> Result<(bytes::Bytes, crate::message::Frames)> {
+/// Walks a copied-out payload's frames, checking every length (the bytes came from shared memory
+/// another member writes); calls `frame` with each frame's byte range.
+pub fn check_payload(payload: &[u8], topic_len: usize, nframes: usize, mut frame: impl FnMut(std::ops::Range<usize>)) -> Result<()> {
     let bad = |why: &str| Error::Protocol(format!("corrupt bus message: {why}"));
     if topic_len > payload.len() {
         return Err(bad("topic longer than the message"));
     }
-    let topic = payload.slice(..topic_len);
-    let mut frames = crate::message::Frames::new();
+    if nframes == 0 {
+        return Err(bad("no frames"));
+    }
     let mut at = align8(topic_len);
     for _ in 0..nframes {
         let Some(len_bytes) = payload.get(at..at + 8) else { return Err(bad("frame header out of bounds")) };
@@ -260,11 +261,15 @@ pub fn split_payload(payload: &bytes::Bytes, topic_len: usize, nframes: usize) -
         let start = at + 8;
         let end = usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|&e| e <= payload.len());
         let Some(end) = end else { return Err(bad("frame longer than the message")) };
-        frames.push(payload.slice(start..end));
+        frame(start..end);
         at = start + align8(end - start);
     }
-    if nframes == 0 {
-        return Err(bad("no frames"));
-    }
-    Ok((topic, frames))
+    Ok(())
+}
+
+/// Splits a copied-out payload into its topic and frames (checked by `check_payload`).
+pub fn split_payload(payload: &bytes::Bytes, topic_len: usize, nframes: usize) -> Result<(bytes::Bytes, crate::message::Frames)> {
+    let mut frames = crate::message::Frames::new();
+    check_payload(payload, topic_len, nframes, |r| frames.push(payload.slice(r)))?;
+    Ok((payload.slice(..topic_len), frames))
 }

@@ -98,7 +98,7 @@ impl WaitWord {
                 if !policy.busy_poll && now.duration_since(start) >= policy.spin {
                     break;
                 }
-                if policy.busy_poll && spins.is_multiple_of(4096) && spins > 0 {
+                if spins > 0 && (!policy.busy_poll || spins.is_multiple_of(4096)) {
                     std::thread::yield_now();
                 }
             }
