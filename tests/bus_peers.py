@@ -8,6 +8,7 @@ import hashlib
 import json
 import struct
 import sys
+import threading
 import time
 import zlib
 
@@ -47,15 +48,21 @@ def publish(bus: str, options: dict, index: int, count: int) -> None:
 
 
 def publish_forever(bus: str, options: dict, index: int) -> None:
-    """Publishes until killed (or stdin closes); ready after the first message."""
+    """Publishes until killed, or until a line on stdin: then it stops and prints the longest time one
+    publish took (how long it was ever held up). Ready after the first message."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
     with lwmq.Publisher(bus, **options) as pub:
         topic = f"p{index}".encode()
-        counter = 0
+        counter, longest = 0, 0.0
         pub.publish(topic, payload(index, counter), timeout=60)
         ready()
-        while True:
+        while not stop.is_set():
             counter += 1
+            t = time.monotonic()
             pub.publish(topic, payload(index, counter), timeout=60)
+            longest = max(longest, time.monotonic() - t)
+    print(json.dumps({"published": counter + 1, "longest_publish_s": longest}), flush=True)
 
 
 def publish_topics(bus: str, options: dict, topics: str) -> None:

@@ -153,8 +153,8 @@ def test_killing_a_publisher_100_times_never_blocks_the_others_nor_tears_a_messa
                 resumed.append(time.monotonic() - t)
             for s in survivors:
                 assert s.poll() is None  # they went on publishing throughout
-                s.kill()
-                s.wait()
+                tell(s, "stop")
+            held_up = [json.loads(s.stdout.readline())["longest_publish_s"] for s in survivors]
         finally:
             stop.set()
             reader.join()
@@ -164,6 +164,8 @@ def test_killing_a_publisher_100_times_never_blocks_the_others_nor_tears_a_messa
     # The issue names this bound: the others go on within 100 ms of a kill (the kernel hands the lock over
     # at once; a publish after a kill takes well under a millisecond here).
     assert max(resumed) < 0.1, sorted(resumed)[-5:]
+    # ... and so do the other publishers: none of their publishes, over all 100 kills, took 100 ms.
+    assert max(held_up) < 0.1, held_up
     assert info["lock"] == "free"
     assert info["recoveries"] >= 50, info  # most kills landed inside an append and were repaired
     # Every sequence number is accounted for: delivered whole, or counted lost (the survivors outran us).
@@ -179,10 +181,19 @@ def test_a_killed_subscriber_no_longer_holds_back_publishers(bus, members):
             pub.publish(b"t", payload(0, i), timeout=1)
         with pytest.raises(lwmq.Timeout):
             pub.publish(b"t", payload(0, 64), timeout=0.05)
+        returned = []
+        blocked = threading.Thread(target=lambda: returned.append((pub.publish(b"t", payload(0, 64), timeout=5), time.monotonic())))
+        blocked.start()
+        time.sleep(0.1)
+        assert not returned  # held back by the idle subscriber
         idle.send_signal(signal.SIGKILL)
         idle.wait()
-        # The blocked publisher finds the laggard dead (checked every 5 ms while blocked) and goes on.
-        pub.publish(b"t", payload(0, 64), timeout=5)
+        killed = time.monotonic()
+        blocked.join()
+        # The blocked publisher finds the laggard dead (checked every 5 ms while blocked) and goes on
+        # promptly: ~5-10 ms here; the bound asserted is generous for a loaded 2-core machine.
+        (seq, at), = returned
+        assert seq == 64 and at - killed < 0.5, at - killed
         assert pub.info()["subscribers"] == 0
 
 
