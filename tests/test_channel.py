@@ -17,6 +17,13 @@ def test_send_forms_and_atomic_multi_frame(pair):
     assert got == [[b"one"], [b"k", b"v"], [b"a", b"b", b"c"], [b"m", b"n"]]
 
 
+def test_send_many_mixes_single_and_multi_frame_messages(pair):
+    client, server = pair
+    client.send_many([b"one", [b"k", b"v"], lwmq.Message(b"m", b"n", b"o"), memoryview(b"view"), (b"a", b"")])
+    got = [[bytes(f) for f in server.recv(timeout=1)] for _ in range(5)]
+    assert got == [[b"one"], [b"k", b"v"], [b"m", b"n", b"o"], [b"view"], [b"a", b""]]
+
+
 def test_both_directions(pair):
     client, server = pair
     client.send(b"ping")

@@ -166,19 +166,9 @@ impl Publisher {
             let Some(pair) = pair else { return Err(PyTypeError::new_err("publish_many takes (topic, message) pairs")) };
             held.push((borrowed_topic(&pair.get_item(0)?)?, Borrowed::new(&pair.get_item(1)?)?));
         }
-        // Every frame in one list (no allocation per message); each message takes its run of it.
-        let mut frames: Vec<&[u8]> = Vec::with_capacity(held.len());
-        let mut runs = Vec::with_capacity(held.len());
-        for (_, m) in &held {
-            let start = frames.len();
-            match m.single() {
-                Some(f) => frames.push(f),
-                None => frames.extend(m.slices()),
-            }
-            runs.push(start..frames.len());
-        }
+        let frames = crate::message::FrameRuns::of(held.iter().map(|(_, m)| m));
         let items: Vec<(&[u8], &[&[u8]])> =
-            held.iter().zip(runs).map(|((t, _), r)| (t.single().expect("one frame"), &frames[r])).collect();
+            held.iter().zip(frames.messages()).map(|((t, _), f)| (t.single().expect("one frame"), f)).collect();
         let d = deadline(timeout)?;
         let mut done = 0;
         loop {

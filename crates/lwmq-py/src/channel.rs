@@ -76,12 +76,10 @@ impl Channel {
     #[pyo3(signature = (messages, timeout=None))]
     fn send_many(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
         let borrowed = messages.try_iter()?.map(|m| Borrowed::new(&m?)).collect::<PyResult<Vec<_>>>()?;
-        let slices: Vec<Vec<&[u8]>> = borrowed.iter().map(Borrowed::slices).collect();
-        let refs: Vec<&[&[u8]]> = slices.iter().map(|m| &m[..]).collect();
+        let frames = crate::message::FrameRuns::of(&borrowed);
         // As many as free buffers take now go straight in; the rest are copied and queued, in order.
-        let direct = self.inner.send_direct(&refs).map_err(to_py)?;
-        drop(refs);
-        drop(slices);
+        let direct = self.inner.send_direct(&frames.messages()).map_err(to_py)?;
+        drop(frames);
         let rest: Vec<_> = borrowed.into_iter().skip(direct).map(Borrowed::into_message).collect();
         if rest.is_empty() {
             return Ok(());

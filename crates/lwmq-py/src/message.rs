@@ -115,6 +115,37 @@ impl<'py> Borrowed<'py> {
     }
 }
 
+/// The frames of many borrowed messages in one list (no allocation per message); each message is a
+/// run of it.
+pub struct FrameRuns<'a> {
+    frames: Vec<&'a [u8]>,
+    runs: Vec<std::ops::Range<usize>>,
+}
+
+impl<'a> FrameRuns<'a> {
+    pub fn of<'py>(messages: impl IntoIterator<Item = &'a Borrowed<'py>>) -> FrameRuns<'a>
+    where
+        'py: 'a,
+    {
+        let messages = messages.into_iter();
+        let mut out = FrameRuns { frames: Vec::with_capacity(messages.size_hint().0), runs: Vec::with_capacity(messages.size_hint().0) };
+        for m in messages {
+            let start = out.frames.len();
+            match m.single() {
+                Some(f) => out.frames.push(f),
+                None => out.frames.extend(m.slices()),
+            }
+            out.runs.push(start..out.frames.len());
+        }
+        out
+    }
+
+    /// One slice of frames per message.
+    pub fn messages(&self) -> Vec<&[&'a [u8]]> {
+        self.runs.iter().map(|r| &self.frames[r.clone()]).collect()
+    }
+}
+
 /// A message from what `send` accepts: a Message, one bytes-like object, or a list/tuple of them.
 pub fn message_from(obj: &Bound<'_, PyAny>) -> PyResult<CoreMessage> {
     if let Ok(m) = obj.downcast::<Message>() {
