@@ -41,6 +41,8 @@ const RESERVED: u64 = 1 << 63;
 const PUBLISH_EVERY: usize = 64;
 /// A subscriber copies messages into chunks of this size (one allocation for many messages).
 const ARENA: usize = 64 * 1024;
+/// A batch buffer larger than this is freed rather than kept for reuse.
+const MAX_SPARE: usize = 16 << 20;
 /// Within a long batch, a subscriber publishes its cursor this often (backpressure).
 const CURSOR_EVERY: usize = 256;
 
@@ -508,6 +510,60 @@ struct Raw {
     lost: u64,
 }
 
+/// Where `take_raw` copies messages: the arena (`BytesMut`) or a batch buffer (`Vec<u8>`).
+trait CopyTarget: std::ops::Deref<Target = [u8]> {
+    /// Pads with zeros to `at` (>= len), then appends `bytes`.
+    fn append_at(&mut self, at: usize, bytes: &[u8]);
+    fn truncate(&mut self, len: usize);
+}
+
+impl CopyTarget for Vec<u8> {
+    fn append_at(&mut self, at: usize, bytes: &[u8]) {
+        self.resize(at, 0);
+        self.extend_from_slice(bytes);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len)
+    }
+}
+
+impl CopyTarget for bytes::BytesMut {
+    fn append_at(&mut self, at: usize, bytes: &[u8]) {
+        self.resize(at, 0);
+        self.extend_from_slice(bytes);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        bytes::BytesMut::truncate(self, len)
+    }
+}
+
+/// A batch's buffer: given back to its subscriber's spares when the last `Bytes` of it is dropped.
+struct Recycled {
+    data: Vec<u8>,
+    home: Weak<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl AsRef<[u8]> for Recycled {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.upgrade() {
+            let mut spares = home.lock().unwrap_or_else(|e| e.into_inner());
+            if spares.len() < 2 && self.data.capacity() <= MAX_SPARE {
+                let mut data = std::mem::take(&mut self.data);
+                data.clear();
+                spares.push(data);
+            }
+        }
+    }
+}
+
 pub struct Subscriber {
     bus: Arc<Bus>,
     member: usize,
@@ -523,10 +579,9 @@ pub struct Subscriber {
     /// Received messages are copied here, many per allocation (the arena's chunks are freed when the
     /// last message copied into them is dropped).
     arena: bytes::BytesMut,
-    /// `recv_columns` alternates between two buffers: once the batch before last is dropped, its
-    /// buffer is reused whole (no allocation, no fresh pages to fault in).
-    columns: [bytes::BytesMut; 2],
-    flip: usize,
+    /// Buffers of `recv_columns` batches come back here when the batch (and every delivery sliced
+    /// from it) is dropped, to be reused: no allocation and no fresh pages to fault in per batch.
+    spares: Arc<Mutex<Vec<Vec<u8>>>>,
     closed: bool,
 }
 
@@ -571,7 +626,7 @@ impl Subscriber {
             return Err(Error::InvalidOption(format!("bus://{} already has {MAX_MEMBERS} subscribers", bus.name)));
         };
         h.member_epoch.fetch_add(1, AcqRel);
-        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, arena: bytes::BytesMut::new(), columns: Default::default(), flip: 0, closed: false })
+        Ok(Subscriber { bus, member, id, filter, policy: options.policy, next, pending_lost: 0, lost: 0, pending_error: None, arena: bytes::BytesMut::new(), spares: Default::default(), closed: false })
     }
 
     pub fn bus(&self) -> &Arc<Bus> {
@@ -603,7 +658,7 @@ impl Subscriber {
     /// each one's place and metadata to `took`; stops early when nothing more is available now.
     /// Skipped (overrun) sequences are reported on the next message taken. A corrupt slot (or `took`
     /// refusing a message) ends the run with that error, after the messages before it were taken.
-    fn take_raw(&mut self, buf: &mut bytes::BytesMut, max: usize, mut took: impl FnMut(&bytes::BytesMut, Raw) -> Result<()>) -> Result<usize> {
+    fn take_raw<B: CopyTarget>(&mut self, buf: &mut B, max: usize, mut took: impl FnMut(&B, Raw) -> Result<()>) -> Result<usize> {
         let bus = Arc::clone(&self.bus);
         let seg = &bus.seg;
         let h = seg.header();
@@ -643,13 +698,10 @@ impl Subscriber {
                     }
                 }
                 let at = mark.next_multiple_of(8);
-                if at > mark {
-                    buf.resize(at, 0);
-                }
                 // SAFETY: `payload` is this slot's payload area and `len` <= max_message_size (checked).
                 // The bytes may be overwritten while we copy (another process writes them); such a copy
                 // is then discarded by the stamp re-check, never interpreted.
-                buf.extend_from_slice(unsafe { std::slice::from_raw_parts(payload, len) });
+                buf.append_at(at, unsafe { std::slice::from_raw_parts(payload, len) });
                 let meta = (slot.nframes.load(Relaxed) as usize, slot.publisher.load(Relaxed), slot.timestamp_ns.load(Relaxed));
                 Ok(Some((at, len, topic_len, meta)))
             });
@@ -771,22 +823,19 @@ impl Subscriber {
         if let Some(e) = self.pending_error.take() {
             return Err(e);
         }
-        let mut buf = std::mem::take(&mut self.columns[self.flip]);
+        let mut buf = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
         let got = self.fill_columns(&mut buf, max, deadline);
-        let data = buf.split().freeze();
-        self.columns[self.flip] = buf;
-        self.flip ^= 1;
-        got.map(|entries| Received { data, entries })
+        let home = Arc::downgrade(&self.spares);
+        got.map(|entries| Received { data: Bytes::from_owner(Recycled { data: buf, home }), entries })
     }
 
-    fn fill_columns(&mut self, buf: &mut bytes::BytesMut, max: usize, deadline: Deadline) -> Result<Vec<Entry>> {
+    fn fill_columns(&mut self, buf: &mut Vec<u8>, max: usize, deadline: Deadline) -> Result<Vec<Entry>> {
         let bus = Arc::clone(&self.bus);
         let h = bus.seg.header();
         let slot = bus.seg.geometry.max_message_size as usize + 8;
         let mut entries: Vec<Entry> = Vec::new();
         loop {
-            // Room for what is there now (a filter may leave some of it out): reclaims this buffer's
-            // allocation when the batch that used it last is gone.
+            // Room for what is there now (a filter may leave some of it out).
             let ready = (h.tail.load(Acquire).saturating_sub(self.next) as usize).clamp(1, max);
             buf.reserve(ready * slot);
             entries.reserve(ready);

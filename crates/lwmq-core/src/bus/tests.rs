@@ -237,3 +237,26 @@ fn a_batch_kept_while_later_ones_are_received_never_changes() {
         assert!((0..10).all(|i| got.delivery(i).unwrap().message.frames()[0][..] == [round; 40]));
     }
 }
+
+#[test]
+fn a_dropped_batchs_buffer_is_reused_by_a_later_batch() {
+    let bus = Bus::join(&unique("colsreuse"), &options(64, false)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    let mut batch = |n: usize| {
+        for _ in 0..n {
+            publisher.publish(b"t", &[&[7u8; 100]], None).unwrap();
+        }
+        sub.recv_columns(100, soon()).unwrap()
+    };
+    let first = batch(20);
+    let at = first.data.as_ptr();
+    let kept = first.delivery(3).unwrap(); // a delivery sliced from the batch keeps its buffer
+    drop(first);
+    let second = batch(20);
+    assert_ne!(second.data.as_ptr(), at);
+    drop(kept);
+    let third = batch(10);
+    assert_eq!(third.data.as_ptr(), at); // the first buffer, once nothing referred to it
+    assert!((0..10).all(|i| third.delivery(i).unwrap().message.frames()[0][..] == [7u8; 100]));
+}
