@@ -290,14 +290,34 @@ pub struct Batch {
 }
 
 pub(crate) fn u64_array<'py>(py: Python<'py>, values: impl ExactSizeIterator<Item = u64>) -> PyResult<Bound<'py, PyAny>> {
-    static ARRAY: pyo3::sync::GILOnceCell<PyObject> = pyo3::sync::GILOnceCell::new();
-    let array = ARRAY.get_or_try_init(py, || py.import("array")?.getattr("array").map(Bound::unbind))?;
-    // Written straight into the bytes object the array copies from (one pass, one copy).
-    let bytes = PyBytes::new_with(py, values.len() * 8, |b| {
-        b.chunks_exact_mut(8).zip(values).for_each(|(d, v)| d.copy_from_slice(&v.to_ne_bytes()));
-        Ok(())
-    })?;
-    array.bind(py).call1(("Q", bytes))
+    static ZERO: pyo3::sync::GILOnceCell<PyObject> = pyo3::sync::GILOnceCell::new();
+    let zero = ZERO.get_or_try_init(py, || py.import("array")?.getattr("array")?.call1(("Q", [0u64])).map(Bound::unbind))?;
+    // One allocation: an array of n zeros (repeating an array is a C fill), then written in place.
+    let n = values.len();
+    let array = zero.bind(py).mul(n)?;
+    if n == 0 {
+        return Ok(array);
+    }
+    let mut view = std::mem::MaybeUninit::<pyo3::ffi::Py_buffer>::uninit();
+    // SAFETY: `array` is a live array.array("Q") of n > 0 items, which exports a writable, C-contiguous,
+    // malloc-aligned buffer; its length is checked before it is written as n u64; the view is released
+    // below before anything else can touch `array` (we hold the GIL and nothing else refers to it yet).
+    unsafe {
+        if pyo3::ffi::PyObject_GetBuffer(array.as_ptr(), view.as_mut_ptr(), pyo3::ffi::PyBUF_WRITABLE) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let mut view = view.assume_init();
+        if view.len as usize == n * 8 {
+            let out = std::slice::from_raw_parts_mut(view.buf as *mut u64, n);
+            out.iter_mut().zip(values).for_each(|(o, v)| *o = v);
+        }
+        let len = view.len as usize;
+        pyo3::ffi::PyBuffer_Release(&mut view);
+        if len != n * 8 {
+            return Err(pyo3::exceptions::PySystemError::new_err("array.array(\"Q\") is not 8 bytes per item"));
+        }
+    }
+    Ok(array)
 }
 
 impl Batch {
