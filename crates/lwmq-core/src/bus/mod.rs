@@ -457,6 +457,28 @@ pub struct Delivery {
 pub struct Received {
     pub data: Bytes,
     pub entries: Vec<Entry>,
+    /// Where `entries` goes back for reuse when this is dropped.
+    home: Weak<Mutex<Spares>>,
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.upgrade() {
+            let mut spares = home.lock().unwrap_or_else(|e| e.into_inner());
+            if spares.entries.len() < 2 && self.entries.capacity() * std::mem::size_of::<Entry>() <= MAX_SPARE {
+                let mut entries = std::mem::take(&mut self.entries);
+                entries.clear();
+                spares.entries.push(entries);
+            }
+        }
+    }
+}
+
+/// Buffers of dropped batches, kept for the next ones (no allocation and no fresh pages per batch).
+#[derive(Debug, Default)]
+struct Spares {
+    data: Vec<Vec<u8>>,
+    entries: Vec<Vec<Entry>>,
 }
 
 /// One message of a `Received`: where its payload lies in `data`, and its metadata.
@@ -542,7 +564,7 @@ impl CopyTarget for bytes::BytesMut {
 /// A batch's buffer: given back to its subscriber's spares when the last `Bytes` of it is dropped.
 struct Recycled {
     data: Vec<u8>,
-    home: Weak<Mutex<Vec<Vec<u8>>>>,
+    home: Weak<Mutex<Spares>>,
 }
 
 impl AsRef<[u8]> for Recycled {
@@ -555,10 +577,10 @@ impl Drop for Recycled {
     fn drop(&mut self) {
         if let Some(home) = self.home.upgrade() {
             let mut spares = home.lock().unwrap_or_else(|e| e.into_inner());
-            if spares.len() < 2 && self.data.capacity() <= MAX_SPARE {
+            if spares.data.len() < 2 && self.data.capacity() <= MAX_SPARE {
                 let mut data = std::mem::take(&mut self.data);
                 data.clear();
-                spares.push(data);
+                spares.data.push(data);
             }
         }
     }
@@ -581,7 +603,7 @@ pub struct Subscriber {
     arena: bytes::BytesMut,
     /// Buffers of `recv_columns` batches come back here when the batch (and every delivery sliced
     /// from it) is dropped, to be reused: no allocation and no fresh pages to fault in per batch.
-    spares: Arc<Mutex<Vec<Vec<u8>>>>,
+    spares: Arc<Mutex<Spares>>,
     closed: bool,
 }
 
@@ -823,17 +845,19 @@ impl Subscriber {
         if let Some(e) = self.pending_error.take() {
             return Err(e);
         }
-        let mut buf = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
-        let got = self.fill_columns(&mut buf, max, deadline);
+        let (mut buf, mut entries) = {
+            let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+            (spares.data.pop().unwrap_or_default(), spares.entries.pop().unwrap_or_default())
+        };
         let home = Arc::downgrade(&self.spares);
-        got.map(|entries| Received { data: Bytes::from_owner(Recycled { data: buf, home }), entries })
+        self.fill_columns(&mut buf, &mut entries, max, deadline)?;
+        Ok(Received { data: Bytes::from_owner(Recycled { data: buf, home: home.clone() }), entries, home })
     }
 
-    fn fill_columns(&mut self, buf: &mut Vec<u8>, max: usize, deadline: Deadline) -> Result<Vec<Entry>> {
+    fn fill_columns(&mut self, buf: &mut Vec<u8>, entries: &mut Vec<Entry>, max: usize, deadline: Deadline) -> Result<()> {
         let bus = Arc::clone(&self.bus);
         let h = bus.seg.header();
         let slot = bus.seg.geometry.max_message_size as usize + 8;
-        let mut entries: Vec<Entry> = Vec::new();
         loop {
             // Room for what is there now (a filter may leave some of it out).
             let ready = (h.tail.load(Acquire).saturating_sub(self.next) as usize).clamp(1, max);
@@ -860,9 +884,9 @@ impl Subscriber {
                 Err(e) if entries.is_empty() => return Err(e),
                 Err(e) => {
                     self.pending_error = Some(e); // the slot is skipped; the error is the next call's
-                    return Ok(entries);
+                    return Ok(());
                 }
-                Ok(_) if !entries.is_empty() => return Ok(entries),
+                Ok(_) if !entries.is_empty() => return Ok(()),
                 Ok(_) => {}
             }
             let next = self.next;

@@ -250,11 +250,12 @@ fn a_dropped_batchs_buffer_is_reused_by_a_later_batch() {
         sub.recv_columns(100, soon()).unwrap()
     };
     let first = batch(20);
-    let at = first.data.as_ptr();
+    let (at, entries_at) = (first.data.as_ptr(), first.entries.as_ptr());
     let kept = first.delivery(3).unwrap(); // a delivery sliced from the batch keeps its buffer
     drop(first);
     let second = batch(20);
     assert_ne!(second.data.as_ptr(), at);
+    assert_eq!(second.entries.as_ptr(), entries_at); // the records are free as soon as the batch is
     drop(kept);
     let third = batch(10);
     assert_eq!(third.data.as_ptr(), at); // the first buffer, once nothing referred to it
