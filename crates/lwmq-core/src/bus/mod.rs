@@ -43,6 +43,9 @@ const PUBLISH_EVERY: usize = 64;
 const ARENA: usize = 64 * 1024;
 /// A batch buffer larger than this is freed rather than kept for reuse.
 const MAX_SPARE: usize = 16 << 20;
+/// At most this much is reserved ahead for a batch's payloads and records (more grows on demand).
+const PRESIZE_BYTES: usize = 4 << 20;
+const PRESIZE_ENTRIES: usize = 65536;
 /// Within a long batch, a subscriber publishes its cursor this often (backpressure).
 const CURSOR_EVERY: usize = 256;
 
@@ -520,7 +523,7 @@ impl Received {
     }
 }
 
-/// A slot copied out by `Subscriber::poll_raw`: its payload is at `at` in the caller's buffer.
+/// A slot copied out by `Subscriber::take_raw`: its payload is at `at` in the caller's buffer.
 struct Raw {
     seq: u64,
     at: usize,
@@ -859,10 +862,12 @@ impl Subscriber {
         let h = bus.seg.header();
         let slot = bus.seg.geometry.max_message_size as usize + 8;
         loop {
-            // Room for what is there now (a filter may leave some of it out).
-            let ready = (h.tail.load(Acquire).saturating_sub(self.next) as usize).clamp(1, max);
-            buf.reserve(ready * slot);
-            entries.reserve(ready);
+            // Room for what is there now (a filter may leave some of it out), within bounds: slots are
+            // sized for the largest message, and a huge `max` or ring must not reserve gigabytes. Past
+            // the bound the buffers grow as needed (and, recycled, keep their size for later batches).
+            let ready = h.tail.load(Acquire).saturating_sub(self.next).min(bus.seg.geometry.capacity as u64).min(max as u64).max(1) as usize;
+            buf.reserve(ready.saturating_mul(slot).min(PRESIZE_BYTES));
+            entries.reserve(ready.min(PRESIZE_ENTRIES));
             let taken = self.take_raw(buf, max - entries.len(), |buf, r| {
                 let mut nbytes = 0;
                 segment::check_payload(&buf[r.at..r.at + r.len], r.topic_len, r.nframes, |f| nbytes += f.len())?;

@@ -261,3 +261,23 @@ fn a_dropped_batchs_buffer_is_reused_by_a_later_batch() {
     assert_eq!(third.data.as_ptr(), at); // the first buffer, once nothing referred to it
     assert!((0..10).all(|i| third.delivery(i).unwrap().message.frames()[0][..] == [7u8; 100]));
 }
+
+#[test]
+fn a_batch_on_a_bus_of_big_slots_reserves_only_a_bounded_amount() {
+    // 1 MiB slots (a sparse 1 GiB ring) and no limit on the batch: reserving a slot's size per message
+    // up front would take a gigabyte for a thousand 4-byte messages.
+    let big = BusOptions { capacity: Some(1024), max_message_size: Some(1 << 20), backpressure: Some(false), ..Default::default() };
+    let bus = Bus::join(&unique("colsbig"), &big).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    for i in 0..1000u32 {
+        publisher.publish(b"t", &[&i.to_le_bytes()], None).unwrap();
+    }
+    let got = sub.recv_columns(usize::MAX, soon()).unwrap();
+    assert_eq!(got.len(), 1000);
+    assert_eq!(&got.delivery(999).unwrap().message.frames()[0][..], &999u32.to_le_bytes()[..]);
+    drop(got);
+    let spares = sub.spares.lock().unwrap();
+    assert!(spares.data[0].capacity() <= PRESIZE_BYTES, "{}", spares.data[0].capacity());
+    assert!(spares.entries[0].capacity() <= PRESIZE_ENTRIES);
+}
