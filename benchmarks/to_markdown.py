@@ -1,5 +1,5 @@
 """Renders a benchmark JSON (from `lwmq bench`) as the Markdown tables of docs/performance.md:
-`python benchmarks/to_markdown.py benchmarks/results/bench-quick.json`."""
+`python benchmarks/to_markdown.py benchmarks/results/bench-full.json`."""
 
 from __future__ import annotations
 

@@ -31,9 +31,12 @@ def main(
 
         data = harness.run(quick, reps, only, progress, scale)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"bench-{'quick' if quick else 'full'}.json"
+    # Only a full run of every contender writes the names the docs show; a quick or partial run
+    # writes beside them (bench-quick.json, quick-*.png, ...) instead of over them.
+    name = ("quick" if quick else "full") + ("-partial" if only else "")
+    path = out_dir / f"bench-{name}.json"
     path.write_text(json.dumps(data, indent=1))
     report.print_report(data, console)
-    plots = report.plot(data, out_dir)
+    plots = report.plot(data, out_dir, prefix="" if name == "full" else f"{name}-")
     console.print(f"{report.summary_line(data)}. JSON: {path}; plots: " + ", ".join(str(p) for p in plots))
     return 0

@@ -142,7 +142,7 @@ def print_report(data: dict, console: Console | None = None) -> None:
             console.print(f"[red]error[/]: {r['contender']} {_fmt_size(r['size'])}: {e}")
 
 
-def plot(data: dict, out_dir: Path) -> list[Path]:
+def plot(data: dict, out_dir: Path, prefix: str = "") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,7 +173,7 @@ def plot(data: dict, out_dir: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        path = out_dir / fname
+        path = out_dir / f"{prefix}{fname}"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
@@ -191,7 +191,7 @@ def plot(data: dict, out_dir: Path) -> list[Path]:
         ax.set_title(f"Publish/subscribe, 64 B ({data['mode']} run, median of {data['repetitions']})")
         ax.grid(True, axis="x", alpha=0.3)
         fig.tight_layout()
-        path = out_dir / "bus-throughput.png"
+        path = out_dir / f"{prefix}bus-throughput.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
@@ -213,7 +213,7 @@ def plot(data: dict, out_dir: Path) -> list[Path]:
         axes[0].set_ylabel("µs")
         axes[0].legend()
         fig.tight_layout()
-        path = out_dir / "latency.png"
+        path = out_dir / f"{prefix}latency.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
