@@ -306,7 +306,7 @@ impl Publisher {
                 done += 1;
                 s += 1;
                 if (done - start) % PUBLISH_EVERY == 0 {
-                    // RELEASE (pair B3 with the ACQUIRE tail loads in `Subscriber::poll`): the slots
+                    // RELEASE (pair B3 with the ACQUIRE tail loads in `Subscriber::take_raw`): the slots
                     // before the tail that covers them.
                     h.tail.store(s, Release);
                 }
