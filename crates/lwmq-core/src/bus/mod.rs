@@ -467,12 +467,7 @@ pub struct Received {
 impl Drop for Received {
     fn drop(&mut self) {
         if let Some(home) = self.home.upgrade() {
-            let mut spares = home.lock().unwrap_or_else(|e| e.into_inner());
-            if spares.entries.len() < 2 && self.entries.capacity() * std::mem::size_of::<Entry>() <= MAX_SPARE {
-                let mut entries = std::mem::take(&mut self.entries);
-                entries.clear();
-                spares.entries.push(entries);
-            }
+            home.lock().unwrap_or_else(|e| e.into_inner()).keep_entries(std::mem::take(&mut self.entries));
         }
     }
 }
@@ -482,6 +477,22 @@ impl Drop for Received {
 struct Spares {
     data: Vec<Vec<u8>>,
     entries: Vec<Vec<Entry>>,
+}
+
+impl Spares {
+    fn keep_data(&mut self, mut data: Vec<u8>) {
+        if self.data.len() < 2 && data.capacity() <= MAX_SPARE {
+            data.clear();
+            self.data.push(data);
+        }
+    }
+
+    fn keep_entries(&mut self, mut entries: Vec<Entry>) {
+        if self.entries.len() < 2 && entries.capacity() * std::mem::size_of::<Entry>() <= MAX_SPARE {
+            entries.clear();
+            self.entries.push(entries);
+        }
+    }
 }
 
 /// One message of a `Received`: where its payload lies in `data`, and its metadata.
@@ -579,12 +590,7 @@ impl AsRef<[u8]> for Recycled {
 impl Drop for Recycled {
     fn drop(&mut self) {
         if let Some(home) = self.home.upgrade() {
-            let mut spares = home.lock().unwrap_or_else(|e| e.into_inner());
-            if spares.data.len() < 2 && self.data.capacity() <= MAX_SPARE {
-                let mut data = std::mem::take(&mut self.data);
-                data.clear();
-                spares.data.push(data);
-            }
+            home.lock().unwrap_or_else(|e| e.into_inner()).keep_data(std::mem::take(&mut self.data));
         }
     }
 }
@@ -852,8 +858,15 @@ impl Subscriber {
             let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
             (spares.data.pop().unwrap_or_default(), spares.entries.pop().unwrap_or_default())
         };
+        if let Err(e) = self.fill_columns(&mut buf, &mut entries, max, deadline) {
+            // Nothing was taken (a timeout: the common case of a first try without waiting): the
+            // buffers go back for the next call rather than being freed.
+            let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+            spares.keep_data(buf);
+            spares.keep_entries(entries);
+            return Err(e);
+        }
         let home = Arc::downgrade(&self.spares);
-        self.fill_columns(&mut buf, &mut entries, max, deadline)?;
         Ok(Received { data: Bytes::from_owner(Recycled { data: buf, home: home.clone() }), entries, home })
     }
 

@@ -281,3 +281,23 @@ fn a_batch_on_a_bus_of_big_slots_reserves_only_a_bounded_amount() {
     assert!(spares.data[0].capacity() <= PRESIZE_BYTES, "{}", spares.data[0].capacity());
     assert!(spares.entries[0].capacity() <= PRESIZE_ENTRIES);
 }
+
+#[test]
+fn a_receive_that_times_out_keeps_the_spare_buffers() {
+    let bus = Bus::join(&unique("colsidle"), &options(64, false)).unwrap();
+    let publisher = Publisher::new(bus.clone(), &BusOptions::default());
+    let mut sub = Subscriber::join(bus.clone(), TopicFilter::default(), Start::Latest, &BusOptions::default()).unwrap();
+    publisher.publish(b"t", &[&[1u8; 50]], None).unwrap();
+    drop(sub.recv_columns(10, soon()).unwrap());
+    let kept = |sub: &Subscriber| {
+        let spares = sub.spares.lock().unwrap();
+        (spares.data.len(), spares.entries.len())
+    };
+    assert_eq!(kept(&sub), (1, 1));
+    // A first try without waiting finds nothing (the binding does this before every blocking receive):
+    // the spares it took are kept, not freed (a freed buffer means fresh pages for the next batch).
+    assert!(matches!(sub.recv_columns(10, Some(Instant::now())), Err(Error::Timeout(_))));
+    assert_eq!(kept(&sub), (1, 1));
+    publisher.publish(b"t", &[&[2u8; 50]], None).unwrap();
+    assert_eq!(sub.recv_columns(10, soon()).unwrap().len(), 1);
+}
